@@ -1,0 +1,1 @@
+"""On-device export of trained models (installed as `tff_fedrec.export`)."""

@@ -1,0 +1,1 @@
+"""Driver programs with flags (installed as `tff_fedrec.programs`)."""

@@ -1,0 +1,334 @@
+"""Program logic: federated training rounds with checkpoints and releases.
+
+Per round r (0-based):
+  1. sample the round's clients and draw their training negatives with an RNG
+     seeded by (seed, r), so a resumed run draws exactly what an uninterrupted
+     one would have drawn;
+  2. run `process.next` on the clients' states and data (TFF);
+  3. write the returned client states to the store;
+  4. evaluate every user's own model on validation and test (1 + 99);
+  5. release the metrics (CSV, TensorBoard) and save a checkpoint
+     (server state, client-state store, round, metric history).
+
+The report picks the round with the best validation HR@10 (the latest on ties,
+as the reference code's `>=`) and reports test metrics at that round.
+"""
+
+import asyncio
+import collections
+import dataclasses
+import json
+import os
+import resource
+import statistics
+import time
+from typing import Callable, Optional
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_fedrec import client_state_store
+from tff_fedrec import evaluation
+from tff_fedrec.algorithms import method as method_lib
+from tff_fedrec.tasks import preprocessing
+
+HISTORY_KEYS = (
+    'round', 'train_loss', 'val_hr@10', 'val_ndcg@10', 'test_hr@10',
+    'test_ndcg@10', 'test_auc', 'train_seconds', 'seconds',
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopConfig:
+  """Round structure of a training run.
+
+  Attributes:
+    rounds: Total communication rounds.
+    clients_per_round: Clients sampled each round (<= number of users).
+    negatives_per_positive: Training negatives per positive, redrawn per round.
+    seed: Seeds client sampling, negatives and shuffling.
+    eval_every: Evaluate every this many rounds (and after the last one).
+    checkpoint_every: Save program state every this many rounds.
+  """
+
+  rounds: int
+  clients_per_round: int
+  negatives_per_positive: int = 4
+  seed: int = 0
+  eval_every: int = 1
+  checkpoint_every: int = 1
+
+
+def _round_rng(seed: int, round_num: int) -> np.random.Generator:
+  return np.random.default_rng([seed, round_num])
+
+
+def sample_round(
+    data: preprocessing.LeaveOneOutData,
+    config: LoopConfig,
+    round_num: int,
+) -> tuple[np.ndarray, list[collections.OrderedDict]]:
+  """The round's users (sorted) and their client data (items, labels, seed)."""
+  rng = _round_rng(config.seed, round_num)
+  if config.clients_per_round >= data.num_users:
+    users = np.arange(data.num_users)
+  else:
+    users = np.sort(
+        rng.choice(data.num_users, config.clients_per_round, replace=False)
+    )
+  examples = preprocessing.sample_training_examples(
+      train_offsets=data.train_offsets,
+      train_items=data.train_items,
+      interacted_offsets=data.interacted_offsets,
+      interacted_items=data.interacted_items,
+      num_items=data.num_items,
+      negatives_per_positive=config.negatives_per_positive,
+      rng=rng,
+  )
+  client_data = []
+  for user in users:
+    items, labels = preprocessing.user_examples(examples, user)
+    client_data.append(
+        collections.OrderedDict(
+            items=items.astype(np.int32),
+            labels=labels.astype(np.float32),
+            seed=np.array([config.seed, round_num * data.num_users + user],
+                          np.int64),
+        )
+    )
+  return users, client_data
+
+
+def best_round(history: dict[str, list[float]]) -> int:
+  """Index into history of the best validation HR@10 (latest on ties)."""
+  values = history['val_hr@10']
+  best = 0
+  for index, value in enumerate(values):
+    if value >= values[best]:
+      best = index
+  return best
+
+
+def _peak_rss_mb(worker_pid: Optional[int]) -> float:
+  """Peak resident memory of this process plus the TFF worker, in MB."""
+  peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+  if worker_pid is not None:
+    try:
+      with open(f'/proc/{worker_pid}/status') as status:
+        for line in status:
+          if line.startswith('VmHWM:'):
+            peak_kb += int(line.split()[1])
+    except OSError:
+      pass
+  return peak_kb / 1024.0
+
+
+class TrainingRun:
+  """One training run of a `FederatedMethod` on leave-one-out data."""
+
+  def __init__(
+      self,
+      method: method_lib.FederatedMethod,
+      data: preprocessing.LeaveOneOutData,
+      config: LoopConfig,
+      root_dir: str,
+      *,
+      log: Callable[[str], None] = print,
+      worker_pid: Optional[int] = None,
+      summary_fields: Optional[dict] = None,
+  ):
+    self._method = method
+    self._data = data
+    self._config = config
+    self._root_dir = root_dir
+    self._log = log
+    self._worker_pid = worker_pid
+    self._summary_fields = dict(summary_fields or {})
+    os.makedirs(root_dir, exist_ok=True)
+    self._state_manager = tff.program.FileProgramStateManager(
+        os.path.join(root_dir, 'checkpoints'), keep_total=2, keep_first=False
+    )
+    self._csv = tff.program.CSVFileReleaseManager(
+        os.path.join(root_dir, 'metrics.csv'), key_fieldname='round'
+    )
+    self._tensorboard = tff.program.TensorBoardReleaseManager(
+        os.path.join(root_dir, 'tensorboard')
+    )
+    self.store = client_state_store.ClientStateStore(
+        data.num_users, method.initial_client_state
+    )
+    self.server_state = None
+    self.history = {key: [] for key in HISTORY_KEYS}
+    self.next_round = 0
+
+  def _program_state(self):
+    return collections.OrderedDict(
+        next_round=np.int64(self.next_round),
+        server_state=self.server_state,
+        client_states=self.store.to_arrays(),
+        history=collections.OrderedDict(
+            (key.replace('@', '_at_'), np.asarray(values, np.float64))
+            for key, values in self.history.items()
+        ),
+    )
+
+  def restore_or_initialize(self) -> None:
+    """Resumes from the latest checkpoint in root_dir, or starts fresh."""
+    self.server_state = self._method.process.initialize()
+    state, version = asyncio.run(
+        self._state_manager.load_latest(self._program_state())
+    )
+    if state is None:
+      return
+    self.next_round = int(state['next_round'])
+    self.server_state = state['server_state']
+    self.store.load_arrays(state['client_states'])
+    for key in HISTORY_KEYS:
+      self.history[key] = [
+          float(v) for v in state['history'][key.replace('@', '_at_')]
+      ]
+    self._log(
+        f'Resumed from checkpoint {version}: {self.next_round} of '
+        f'{self._config.rounds} rounds done.'
+    )
+
+  def _evaluate(self, split: str) -> dict[str, float]:
+    positives = getattr(self._data, f'{split}_items')
+    negatives = getattr(self._data, f'{split}_negatives')
+    return evaluation.evaluate_leave_one_out(
+        self._method.spec,
+        self.server_state['global_parameters'],
+        self.store,
+        positives,
+        negatives,
+    )
+
+  def run_round(self, round_num: int) -> dict[str, float]:
+    start = time.perf_counter()
+    users, client_data = sample_round(self._data, self._config, round_num)
+    self.server_state, new_states, metrics = self._method.process.next(
+        self.server_state, self.store.get(users), client_data
+    )
+    self.store.put(users, new_states)
+    record = {
+        'round': float(round_num),
+        'train_loss': float(metrics['train_loss']),
+        'train_seconds': time.perf_counter() - start,
+    }
+    last = round_num == self._config.rounds - 1
+    if last or (round_num + 1) % self._config.eval_every == 0:
+      val = self._evaluate('val')
+      test = self._evaluate('test')
+      record.update({
+          'val_hr@10': val['hr@10'], 'val_ndcg@10': val['ndcg@10'],
+          'test_hr@10': test['hr@10'], 'test_ndcg@10': test['ndcg@10'],
+          'test_auc': test['auc'],
+      })
+    else:
+      record.update({k: float('nan') for k in HISTORY_KEYS[2:7]})
+    record['seconds'] = time.perf_counter() - start
+    return record
+
+  def _release(self, record: dict[str, float]) -> None:
+    value = collections.OrderedDict(
+        (k.replace('@', '_at_'), np.float64(v)) for k, v in record.items()
+        if k != 'round'
+    )
+    key = int(record['round'])
+    asyncio.run(self._csv.release(value, key=key))
+    asyncio.run(self._tensorboard.release(value, key=key))
+
+  def train(self) -> dict:
+    """Runs the remaining rounds; returns the summary (also summary.json)."""
+    self.restore_or_initialize()
+    for round_num in range(self.next_round, self._config.rounds):
+      record = self.run_round(round_num)
+      for key in HISTORY_KEYS:
+        self.history[key].append(record[key])
+      self._release(record)
+      self.next_round = round_num + 1
+      if (
+          self.next_round % self._config.checkpoint_every == 0
+          or self.next_round == self._config.rounds
+      ):
+        asyncio.run(
+            self._state_manager.save(self._program_state(), self.next_round)
+        )
+      self._log(self._progress_line(record))
+    return self.write_summary()
+
+  def _progress_line(self, record: dict[str, float]) -> str:
+    seconds = statistics.median(self.history['seconds'])
+    remaining = (self._config.rounds - self.next_round) * seconds
+    return (
+        f'round {int(record["round"]) + 1:4d}/{self._config.rounds}  '
+        f'loss {record["train_loss"]:.4f}  '
+        f'val HR@10 {record["val_hr@10"]:.4f}  '
+        f'NDCG@10 {record["val_ndcg@10"]:.4f}  '
+        f'{record["seconds"]:.2f}s (train {record["train_seconds"]:.2f}s)  '
+        f'ETA {remaining:.0f}s'
+    )
+
+  def summary(self) -> dict:
+    evaluated = [
+        i for i, v in enumerate(self.history['val_hr@10']) if not np.isnan(v)
+    ]
+    history = {k: [self.history[k][i] for i in evaluated] for k in HISTORY_KEYS}
+    best = best_round(history)
+    return {
+        **self._summary_fields,
+        'rounds_completed': self.next_round,
+        'best_round': int(history['round'][best]) + 1,
+        'selection': 'test metrics at the round with the best validation HR@10',
+        'validation': {
+            'hr@10': history['val_hr@10'][best],
+            'ndcg@10': history['val_ndcg@10'][best],
+        },
+        'test': {
+            'hr@10': history['test_hr@10'][best],
+            'ndcg@10': history['test_ndcg@10'][best],
+            'auc': history['test_auc'][best],
+        },
+        'final_round_test': {
+            'hr@10': history['test_hr@10'][-1],
+            'ndcg@10': history['test_ndcg@10'][-1],
+        },
+        'seconds_per_round': statistics.median(self.history['seconds']),
+        'train_seconds_per_round': statistics.median(
+            self.history['train_seconds']
+        ),
+        'peak_rss_mb': _peak_rss_mb(self._worker_pid),
+        'client_state_bytes_per_user': self.store.bytes_per_user(),
+        'bytes_per_round': self.bytes_per_round(),
+        'num_users': self._data.num_users,
+        'num_items': self._data.num_items,
+    }
+
+  def bytes_per_round(self) -> dict[str, int]:
+    """Bytes crossing the network per round in a deployment.
+
+    Download: the global parameters broadcast to each sampled client. Upload:
+    each client's update of the global parameters, a dense tensor of the
+    same size (the default mean aggregator sends it uncompressed). Client
+    state never leaves the device.
+    """
+    global_bytes = sum(
+        np.asarray(leaf).nbytes
+        for leaf in tf.nest.flatten(self._method.initial_parameters)
+    ) - sum(
+        np.asarray(leaf).nbytes
+        for leaf in tf.nest.flatten(
+            self._method.initial_client_state['local_parameters']
+        )
+    )
+    clients = self._config.clients_per_round
+    return {'download': global_bytes * clients, 'upload': global_bytes * clients}
+
+  def write_summary(self) -> dict:
+    summary = self.summary()
+    path = os.path.join(self._root_dir, 'summary.json')
+    with open(path + '.tmp', 'w') as f:
+      json.dump(summary, f, indent=2, sort_keys=True)
+    os.replace(path + '.tmp', path)
+    return summary

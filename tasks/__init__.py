@@ -1,0 +1,1 @@
+"""Data sets and their preprocessing (installed as `tff_fedrec.tasks`)."""

@@ -1,0 +1,179 @@
+"""End-to-end tests: the real training program on synthetic data.
+
+Each run is `python -m tff_fedrec.programs.train` in a subprocess, exactly as a
+user starts it, with a real TFF worker process.
+"""
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+_SMALL_RUN = [
+    '--dataset=synthetic',
+    '--synthetic_users=60',
+    '--synthetic_items=600',
+    '--embedding_dim=8',
+    '--item_learning_rate=50',
+]
+
+
+def _run_program(args, *, tag=None, timeout=300):
+  env = dict(os.environ)
+  env['TFF_FEDREC_TEST_TAG'] = tag or uuid.uuid4().hex
+  return subprocess.run(
+      [sys.executable, '-m', 'tff_fedrec.programs.train', *args],
+      env=env, capture_output=True, text=True, timeout=timeout,
+  )
+
+
+def _processes_with_tag(tag):
+  """PIDs of live processes whose environment carries `tag`."""
+  found = []
+  for pid in os.listdir('/proc'):
+    if not pid.isdigit():
+      continue
+    try:
+      with open(f'/proc/{pid}/environ', 'rb') as f:
+        if f'TFF_FEDREC_TEST_TAG={tag}'.encode() in f.read():
+          found.append(int(pid))
+    except OSError:
+      continue
+  return found
+
+
+def _read_metrics(root_dir):
+  with open(os.path.join(root_dir, 'metrics.csv')) as f:
+    return list(csv.DictReader(f))
+
+
+@pytest.mark.parametrize(
+    'method_flags',
+    [
+        ['--method=pfedrec'],
+        ['--method=pfedrec', '--hidden_units=8', '--ldp_noise_scale=0.1'],
+        ['--method=fedmf'],
+        ['--method=fedmf', '--dual_personalization'],
+        ['--method=fedncf'],
+        ['--method=fedncf', '--dual_personalization', '--client_fraction=0.5'],
+    ],
+    ids=lambda flags: ' '.join(f.lstrip('-') for f in flags),
+)
+def test_two_rounds_of_each_method_write_results_and_leave_no_worker(
+    tmp_path, method_flags
+):
+  tag = uuid.uuid4().hex
+  root_dir = str(tmp_path / 'run')
+  result = _run_program(
+      [*method_flags, *_SMALL_RUN, '--rounds=2', f'--root_dir={root_dir}'],
+      tag=tag,
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
+  with open(os.path.join(root_dir, 'summary.json')) as f:
+    summary = json.load(f)
+  assert summary['method'] == method_flags[0].split('=')[1]
+  assert summary['dataset'] == 'synthetic'
+  assert summary['rounds_completed'] == 2
+  assert summary['best_round'] in (1, 2)
+  for key in ('hr@10', 'ndcg@10'):
+    assert 0.0 <= summary['test'][key] <= 1.0
+  assert summary['test']['ndcg@10'] <= summary['test']['hr@10']
+  assert summary['seconds_per_round'] > 0
+  assert summary['peak_rss_mb'] > 0
+  rows = _read_metrics(root_dir)
+  assert [int(r['round']) for r in rows] == [0, 1]
+  assert 'test HR@10 / NDCG@10 at best round' in result.stdout
+  assert _processes_with_tag(tag) == []
+
+
+def test_killed_run_resumes_to_the_same_result_as_an_uninterrupted_run(
+    tmp_path,
+):
+  args = ['--method=pfedrec', *_SMALL_RUN, '--rounds=4']
+  reference_dir = str(tmp_path / 'uninterrupted')
+  reference = _run_program([*args, f'--root_dir={reference_dir}'])
+  assert reference.returncode == 0, reference.stderr[-3000:]
+
+  resumed_dir = str(tmp_path / 'killed')
+  tag = uuid.uuid4().hex
+  env = dict(os.environ, TFF_FEDREC_TEST_TAG=tag)
+  process = subprocess.Popen(
+      [sys.executable, '-m', 'tff_fedrec.programs.train', *args,
+       f'--root_dir={resumed_dir}'],
+      env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+  )
+  checkpoint = os.path.join(resumed_dir, 'checkpoints', 'program_state_2')
+  deadline = time.monotonic() + 240
+  while not os.path.isdir(checkpoint) and process.poll() is None:
+    assert time.monotonic() < deadline, 'no checkpoint after round 2'
+    time.sleep(0.05)
+  process.send_signal(signal.SIGKILL)
+  process.wait()
+  # The kernel ends the TFF worker with its parent (PR_SET_PDEATHSIG).
+  time.sleep(1)
+  assert _processes_with_tag(tag) == []
+  assert not os.path.exists(os.path.join(resumed_dir, 'summary.json'))
+
+  resumed = _run_program([*args, f'--root_dir={resumed_dir}'])
+  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  assert 'Resumed from checkpoint' in resumed.stdout
+  with open(os.path.join(reference_dir, 'summary.json')) as f:
+    expected = json.load(f)
+  with open(os.path.join(resumed_dir, 'summary.json')) as f:
+    actual = json.load(f)
+  assert actual['rounds_completed'] == 4
+  assert actual['best_round'] == expected['best_round']
+  assert actual['test'] == pytest.approx(expected['test'], abs=1e-6)
+  expected_rows = _read_metrics(reference_dir)
+  actual_rows = _read_metrics(resumed_dir)
+  assert [r['round'] for r in actual_rows] == ['0', '1', '2', '3']
+  for want, got in zip(expected_rows, actual_rows):
+    for key in ('train_loss', 'val_hr_at_10', 'test_ndcg_at_10'):
+      assert float(got[key]) == pytest.approx(float(want[key]), abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    'args, message',
+    [
+        (['--method=nosuch', '--dataset=synthetic'], 'nosuch'),
+        (['--method=pfedrec'], '--dataset'),
+        (['--method=pfedrec', '--data_path=/nonexistent/ratings.csv'],
+         '/nonexistent/ratings.csv'),
+        (['--method=pfedrec', '--dataset=synthetic', '--clients_per_round=5',
+          '--client_fraction=0.5'], 'not both'),
+        (['--method=pfedrec', '--dataset=synthetic',
+          '--clients_per_round=100000'], '--clients_per_round'),
+        (['--method=pfedrec', '--dataset=synthetic',
+          '--nodual_personalization'], 'fedmf'),
+        (['--method=fedmf', '--dataset=synthetic', '--hidden_units=8'],
+         'hidden_units'),
+    ],
+)
+def test_bad_flags_fail_with_a_message_naming_the_problem(
+    tmp_path, args, message
+):
+  result = _run_program([*args, f'--root_dir={tmp_path / "run"}'])
+  assert result.returncode != 0
+  assert message in result.stderr
+  assert 'Traceback' not in result.stderr
+
+
+def test_malformed_data_file_names_the_file_and_line(tmp_path):
+  path = tmp_path / 'ratings.csv'
+  lines = [f'u{u},i{i},5,{u * 100 + i}' for u in range(5) for i in range(5)]
+  lines[7] = 'u1,i2,five,100'
+  path.write_text('\n'.join(lines) + '\n')
+  result = _run_program(
+      ['--method=pfedrec', f'--data_path={path}',
+       f'--root_dir={tmp_path / "run"}']
+  )
+  assert result.returncode != 0
+  assert str(path) in result.stderr
+  assert f'{path}:8:' in result.stderr
+  assert 'Traceback' not in result.stderr

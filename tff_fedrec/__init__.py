@@ -1,0 +1,1 @@
+"""tff_fedrec: federated recommendation methods as TensorFlow Federated processes."""

@@ -1,0 +1,1 @@
+"""Federated recommendation algorithms, one module per method."""

@@ -1,0 +1,259 @@
+"""Tests of the program-side client state store."""
+
+import collections
+
+import numpy as np
+import pytest
+
+from tff_fedrec import client_state_store
+
+_DIM = 2
+_NUM_ITEMS = 5
+_NUM_USERS = 4
+
+
+def _initial_state(dim=_DIM):
+  """A score-function client state (as partially_local makes it), by hand."""
+  return collections.OrderedDict(
+      local_parameters=collections.OrderedDict(
+          score_layers=[
+              collections.OrderedDict(
+                  kernel=np.full([dim, 1], 0.5, np.float32),
+                  bias=np.array([-1.0], np.float32),
+              )
+          ]
+      ),
+      personal_item_ids=np.zeros([0], np.int32),
+      personal_item_rows=np.zeros([0, dim], np.float32),
+  )
+
+
+def _state(user, personal_ids):
+  """A distinct state for `user` with personal rows for `personal_ids`."""
+  ids = np.asarray(personal_ids, np.int32)
+  return collections.OrderedDict(
+      local_parameters=collections.OrderedDict(
+          score_layers=[
+              collections.OrderedDict(
+                  kernel=np.full([_DIM, 1], 10.0 * user, np.float32),
+                  bias=np.array([user], np.float32),
+              )
+          ]
+      ),
+      personal_item_ids=ids,
+      # Row of item i for this user: [100 * (user + 1) + i, -i].
+      personal_item_rows=np.stack(
+          [100.0 * (user + 1) + ids, -ids.astype(np.float32)], axis=1
+      ).astype(np.float32).reshape([-1, _DIM]),
+  )
+
+
+def _global_item_embedding():
+  return np.arange(_NUM_ITEMS * _DIM, dtype=np.float32).reshape(
+      _NUM_ITEMS, _DIM
+  )
+
+
+def _assert_states_equal(got, expected):
+  layer_got = got['local_parameters']['score_layers'][0]
+  layer_expected = expected['local_parameters']['score_layers'][0]
+  np.testing.assert_array_equal(layer_got['kernel'], layer_expected['kernel'])
+  np.testing.assert_array_equal(layer_got['bias'], layer_expected['bias'])
+  np.testing.assert_array_equal(
+      got['personal_item_ids'], expected['personal_item_ids']
+  )
+  np.testing.assert_array_equal(
+      got['personal_item_rows'], expected['personal_item_rows']
+  )
+  assert got['personal_item_rows'].shape == (
+      len(expected['personal_item_ids']), _DIM
+  )
+
+
+def _filled_store():
+  """Users 0 and 2 have personal rows, 1 and 3 (the last one) have none."""
+  store = client_state_store.ClientStateStore(_NUM_USERS, _initial_state())
+  store.put([2, 0, 1], [_state(2, [4, 0]), _state(0, [3, 1, 2]), _state(1, [])])
+  return store
+
+
+def test_fresh_store_holds_the_initial_state_for_everyone():
+  store = client_state_store.ClientStateStore(_NUM_USERS, _initial_state())
+
+  states = store.get(range(_NUM_USERS))
+
+  assert store.num_users == _NUM_USERS
+  assert len(states) == _NUM_USERS
+  for state in states:
+    _assert_states_equal(state, _initial_state())
+
+
+def test_get_put_round_trip():
+  store = _filled_store()
+
+  got = store.get([3, 2, 0, 1])
+
+  _assert_states_equal(got[0], _initial_state())
+  _assert_states_equal(got[1], _state(2, [4, 0]))
+  _assert_states_equal(got[2], _state(0, [3, 1, 2]))
+  _assert_states_equal(got[3], _state(1, []))
+  assert list(got[1]) == [
+      'local_parameters', 'personal_item_ids', 'personal_item_rows'
+  ]
+
+
+def test_put_overwrites_only_the_given_users():
+  store = _filled_store()
+
+  store.put([0], [_state(5, [1])])
+
+  _assert_states_equal(store.get([0])[0], _state(5, [1]))
+  _assert_states_equal(store.get([2])[0], _state(2, [4, 0]))
+
+
+def test_put_rejects_mismatched_lengths():
+  store = client_state_store.ClientStateStore(_NUM_USERS, _initial_state())
+
+  with pytest.raises(ValueError):
+    store.put([0, 1], [_state(0, [])])
+
+
+def test_item_vectors_prefers_personal_rows():
+  store = _filled_store()
+  item_embedding = _global_item_embedding()
+  original = item_embedding.copy()
+  users = np.array([0, 1, 2, 3])
+  candidates = np.array([
+      [1, 4, 3, 0],  # user 0 has 3, 1, 2: items 1 and 3 personal
+      [1, 4, 3, 0],  # user 1 has none: all global
+      [0, 0, 1, 4],  # user 2 has 4, 0: items 0 (twice) and 4 personal
+      [2, 2, 2, 2],  # user 3 has none
+  ])
+
+  got = store.item_vectors(users, candidates, item_embedding)
+
+  g = item_embedding
+  def personal(user, item):
+    return np.array([100.0 * (user + 1) + item, -item], np.float32)
+  expected = np.array([
+      [personal(0, 1), g[4], personal(0, 3), g[0]],
+      [g[1], g[4], g[3], g[0]],
+      [personal(2, 0), personal(2, 0), g[1], personal(2, 4)],
+      [g[2], g[2], g[2], g[2]],
+  ])
+  np.testing.assert_array_equal(got, expected)
+  assert got.dtype == np.float32
+  # The global table is read, never written.
+  np.testing.assert_array_equal(item_embedding, original)
+
+
+def test_item_vectors_for_a_subset_of_users_in_any_order():
+  store = _filled_store()
+  item_embedding = _global_item_embedding()
+
+  got = store.item_vectors(
+      np.array([2, 0]), np.array([[4, 1], [4, 1]]), item_embedding
+  )
+
+  # Row 0 is user 2 (personal 4, global 1), row 1 user 0 (global 4,
+  # personal 1).
+  expected = np.array([
+      [[300.0 + 4, -4.0], item_embedding[1]],
+      [item_embedding[4], [100.0 + 1, -1.0]],
+  ])
+  np.testing.assert_array_equal(got, expected)
+
+
+def test_item_vectors_without_personal_rows_are_global_rows():
+  store = client_state_store.ClientStateStore(_NUM_USERS, _initial_state())
+  item_embedding = _global_item_embedding()
+  candidates = np.array([[0, 4], [3, 3], [1, 2]])
+
+  got = store.item_vectors(np.array([0, 1, 3]), candidates, item_embedding)
+
+  np.testing.assert_array_equal(got, item_embedding[candidates])
+
+
+def test_stacked_local_parameters():
+  store = _filled_store()
+
+  stacked = store.stacked_local_parameters(np.array([2, 3, 0]))
+
+  layer = stacked['score_layers'][0]
+  assert layer['kernel'].shape == (3, _DIM, 1)
+  assert layer['bias'].shape == (3, 1)
+  # Users 2 and 0 as put, user 3 still initial (kernel 0.5, bias -1).
+  np.testing.assert_array_equal(layer['kernel'][:, 0, 0], [20.0, 0.5, 0.0])
+  np.testing.assert_array_equal(layer['bias'][:, 0], [2.0, -1.0, 0.0])
+
+
+def test_bytes_per_user():
+  store = _filled_store()
+
+  # Local parameters, float32: kernel d x 1 + bias 1 = 3 floats = 12 bytes for
+  # every user. Personal: user 0 has 3 ids (int32) and 3 rows of d floats,
+  # user 2 has 2, users 1 and 3 none: (3 + 2) * (4 + 4 d) = 60 bytes in all.
+  expected = (_NUM_USERS * 4 * (_DIM + 1) + 5 * (4 + 4 * _DIM)) / _NUM_USERS
+
+  assert store.bytes_per_user() == pytest.approx(expected)
+
+
+def test_to_arrays_load_arrays_round_trip():
+  store = _filled_store()
+  arrays = store.to_arrays()
+  restored = client_state_store.ClientStateStore(_NUM_USERS, _initial_state())
+
+  restored.load_arrays(arrays)
+
+  users = list(range(_NUM_USERS))
+  for got, expected in zip(restored.get(users), store.get(users)):
+    _assert_states_equal(got, expected)
+  candidates = np.tile(np.arange(_NUM_ITEMS), (_NUM_USERS, 1))
+  np.testing.assert_array_equal(
+      restored.item_vectors(np.array(users), candidates,
+                            _global_item_embedding()),
+      store.item_vectors(np.array(users), candidates, _global_item_embedding()),
+  )
+  # CSR layout: user 0 has 3 rows, 1 none, 2 two, 3 none.
+  np.testing.assert_array_equal(arrays['personal_offsets'], [0, 3, 3, 5, 5])
+  assert arrays['personal_rows'].shape == (5, _DIM)
+
+
+def test_round_trip_when_nobody_has_personal_rows():
+  store = client_state_store.ClientStateStore(_NUM_USERS, _initial_state())
+  store.put([1], [_state(1, [])])
+  restored = client_state_store.ClientStateStore(_NUM_USERS, _initial_state())
+
+  arrays = store.to_arrays()
+  restored.load_arrays(arrays)
+
+  assert arrays['personal_ids'].shape == (0,)
+  assert arrays['personal_rows'].shape == (0, _DIM)
+  for user in range(_NUM_USERS):
+    _assert_states_equal(restored.get([user])[0], store.get([user])[0])
+
+
+def test_loaded_store_is_independent_of_the_arrays():
+  store = _filled_store()
+  arrays = store.to_arrays()
+  restored = client_state_store.ClientStateStore(_NUM_USERS, _initial_state())
+  restored.load_arrays(arrays)
+  snapshot = [leaf.copy() for leaf in arrays['local_leaves']]
+
+  restored.put([3], [_state(9, [])])
+
+  for leaf, before in zip(arrays['local_leaves'], snapshot):
+    np.testing.assert_array_equal(leaf, before)
+  _assert_states_equal(store.get([3])[0], _initial_state())
+  _assert_states_equal(restored.get([3])[0], _state(9, []))
+
+
+@pytest.mark.parametrize(
+    'num_users,dim', [(_NUM_USERS + 1, _DIM), (_NUM_USERS, 3)]
+)
+def test_load_arrays_rejects_other_shapes(num_users, dim):
+  other = client_state_store.ClientStateStore(num_users, _initial_state(dim))
+  store = client_state_store.ClientStateStore(_NUM_USERS, _initial_state())
+
+  with pytest.raises(ValueError, match='do not match'):
+    store.load_arrays(other.to_arrays())
