@@ -35,7 +35,7 @@ from tff_fedrec.tasks import preprocessing
 
 HISTORY_KEYS = (
     'round', 'train_loss', 'val_hr@10', 'val_ndcg@10', 'test_hr@10',
-    'test_ndcg@10', 'test_auc', 'train_seconds', 'seconds',
+    'test_ndcg@10', 'test_auc', 'upload_bytes', 'train_seconds', 'seconds',
 )
 
 
@@ -208,12 +208,13 @@ class TrainingRun:
     start = time.perf_counter()
     users, client_data = sample_round(self._data, self._config, round_num)
     self.server_state, new_states, metrics = self._method.process.next(
-        self.server_state, self.store.get(users), client_data
+        self.server_state, self.store.local_parameters(users), client_data
     )
     self.store.put(users, new_states)
     record = {
         'round': float(round_num),
         'train_loss': float(metrics['train_loss']),
+        'upload_bytes': float(self._upload_bytes(metrics, len(users))),
         'train_seconds': time.perf_counter() - start,
     }
     last = round_num == self._config.rounds - 1
@@ -305,25 +306,43 @@ class TrainingRun:
         'num_items': self._data.num_items,
     }
 
-  def bytes_per_round(self) -> dict[str, int]:
-    """Bytes crossing the network per round in a deployment.
-
-    Download: the global parameters broadcast to each sampled client. Upload:
-    each client's update of the global parameters, a dense tensor of the
-    same size (the default mean aggregator sends it uncompressed). Client
-    state never leaves the device.
-    """
-    global_bytes = sum(
+  def _global_bytes(self, keys) -> int:
+    return sum(
         np.asarray(leaf).nbytes
-        for leaf in tf.nest.flatten(self._method.initial_parameters)
-    ) - sum(
-        np.asarray(leaf).nbytes
-        for leaf in tf.nest.flatten(
-            self._method.initial_client_state['local_parameters']
-        )
+        for key in keys
+        for leaf in tf.nest.flatten(self._method.initial_parameters[key])
     )
-    clients = self._config.clients_per_round
-    return {'download': global_bytes * clients, 'upload': global_bytes * clients}
+
+  def _upload_bytes(self, metrics, num_clients: int) -> int:
+    """Bytes the round's clients uploaded, from the aggregator's counts.
+
+    Row-sparse item uploads send an int32 id and d float32 values per row;
+    dense parameters (and LDP's noised full table) are sent whole.
+    """
+    spec = self._method.spec
+    item_measurements = metrics['aggregator']['item']
+    dense_keys = [k for k in spec.global_keys if k != 'item_embedding']
+    uploaded = self._global_bytes(dense_keys) * num_clients
+    if 'uploaded_rows' in item_measurements:
+      row_bytes = 4 + 4 * spec.embedding_dim
+      return uploaded + int(item_measurements['uploaded_rows']) * row_bytes
+    return uploaded + self._global_bytes(['item_embedding']) * num_clients
+
+  def bytes_per_round(self) -> dict[str, float]:
+    """Bytes crossing the network per round (median over rounds).
+
+    Download: the global parameters broadcast to each sampled client.
+    Upload: measured each round (`_upload_bytes`). Client state never leaves
+    the device.
+    """
+    download = (
+        self._global_bytes(self._method.spec.global_keys)
+        * self._config.clients_per_round
+    )
+    return {
+        'download': float(download),
+        'upload': statistics.median(self.history['upload_bytes']),
+    }
 
   def write_summary(self) -> dict:
     summary = self.summary()

@@ -86,6 +86,14 @@ def test_two_rounds_of_each_method_write_results_and_leave_no_worker(
   assert summary['test']['ndcg@10'] <= summary['test']['hr@10']
   assert summary['seconds_per_round'] > 0
   assert summary['peak_rss_mb'] > 0
+  uploaded = summary['bytes_per_round']['upload']
+  downloaded = summary['bytes_per_round']['download']
+  if any(f.startswith('--ldp_noise_scale') for f in method_flags):
+    # LDP uploads the whole noised item table, the size of the download.
+    assert uploaded == downloaded
+  else:
+    # Row-sparse uploads: only the rows each client touched.
+    assert 0 < uploaded < downloaded
   rows = _read_metrics(root_dir)
   assert [int(r['round']) for r in rows] == [0, 1]
   assert 'test HR@10 / NDCG@10 at best round' in result.stdout

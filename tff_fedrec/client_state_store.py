@@ -46,15 +46,21 @@ class ClientStateStore:
     return self._num_users
 
   def get(self, users: Sequence[int]) -> list[collections.OrderedDict]:
-    """The client states of `users`, in order, as TFF client inputs."""
+    """The client states of `users`, in order (local parameters and rows)."""
     return [
         collections.OrderedDict(
-            local_parameters=tf.nest.pack_sequence_as(
-                self._local_structure,
-                [leaf[user] for leaf in self._local_leaves],
-            ),
+            local_parameters=local,
             personal_item_ids=self._personal_ids[user],
             personal_item_rows=self._personal_rows[user],
+        )
+        for user, local in zip(users, self.local_parameters(users))
+    ]
+
+  def local_parameters(self, users: Sequence[int]) -> list:
+    """The local parameters of `users`, in order: the input of `next`."""
+    return [
+        tf.nest.pack_sequence_as(
+            self._local_structure, [leaf[user] for leaf in self._local_leaves]
         )
         for user in users
     ]

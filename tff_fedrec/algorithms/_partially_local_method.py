@@ -15,6 +15,7 @@ def build_method(
     *,
     seed: int,
     model_aggregator: Optional[tff.aggregators.UnweightedAggregationFactory],
+    item_aggregator: Optional[tff.aggregators.UnweightedAggregationFactory],
 ) -> method.FederatedMethod:
   params = models.initial_parameters(spec, seed)
   return method.FederatedMethod(
@@ -22,6 +23,10 @@ def build_method(
       initial_parameters=params,
       initial_client_state=partially_local.initial_client_state(spec, params),
       process=partially_local.build_partially_local_process(
-          spec, params, training, model_aggregator=model_aggregator
+          spec,
+          params,
+          training,
+          item_aggregator=item_aggregator,
+          model_aggregator=model_aggregator,
       ),
   )

@@ -26,6 +26,7 @@ def build_fedmf(
     ),
     seed: int = 0,
     model_aggregator: Optional[tff.aggregators.UnweightedAggregationFactory] = None,
+    item_aggregator: Optional[tff.aggregators.UnweightedAggregationFactory] = None,
 ) -> method.FederatedMethod:
   """Builds FedMF; MF has no score layers, so `hidden_units` must be empty."""
   if hidden_units:
@@ -34,5 +35,9 @@ def build_fedmf(
       'matrix_factorization', num_items, embedding_dim
   )
   return _partially_local_method.build_method(
-      spec, training, seed=seed, model_aggregator=model_aggregator
+      spec,
+      training,
+      seed=seed,
+      model_aggregator=model_aggregator,
+      item_aggregator=item_aggregator,
   )

@@ -26,6 +26,7 @@ def build_fedncf(
     ),
     seed: int = 0,
     model_aggregator: Optional[tff.aggregators.UnweightedAggregationFactory] = None,
+    item_aggregator: Optional[tff.aggregators.UnweightedAggregationFactory] = None,
 ) -> method.FederatedMethod:
   spec = models.RecommenderSpec(
       'neural_cf', num_items, embedding_dim,
@@ -33,5 +34,9 @@ def build_fedncf(
       personal_score_layers=training.dual_personalization,
   )
   return _partially_local_method.build_method(
-      spec, training, seed=seed, model_aggregator=model_aggregator
+      spec,
+      training,
+      seed=seed,
+      model_aggregator=model_aggregator,
+      item_aggregator=item_aggregator,
   )

@@ -17,7 +17,8 @@ class FederatedMethod:
     initial_parameters: Initial values of all parameters (numpy).
     initial_client_state: The state of a client that has not trained yet.
     process: `tff.templates.IterativeProcess` with
-      next: (<S@SERVER, {C}@CLIENTS, {D}@CLIENTS> -> <S@SERVER, {C}@CLIENTS, M@SERVER>).
+      next: (<S@SERVER, {L}@CLIENTS, {D}@CLIENTS> -> <S@SERVER, {C}@CLIENTS, M@SERVER>),
+      where L is the local-parameter part of the client state C.
   """
 
   spec: models.RecommenderSpec

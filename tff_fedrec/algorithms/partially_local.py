@@ -5,28 +5,38 @@ embedding) and the client's fine-tuned item rows as client state, and
 aggregates only the global parameters. Its type signature:
 
   initialize: ( -> S@SERVER)
-  next: (<S@SERVER, {C}@CLIENTS, {D}@CLIENTS> -> <S@SERVER, {C}@CLIENTS, M@SERVER>)
+  next: (<S@SERVER, {L}@CLIENTS, {D}@CLIENTS> -> <S@SERVER, {C}@CLIENTS, M@SERVER>)
 
 with
   S = <global_parameters, aggregator, round_num>
-  C = <local_parameters, personal_item_ids int32[?], personal_item_rows f32[?,d]>
+  L = the client-local parameters
+  C = <local_parameters: L, personal_item_ids int32[?], personal_item_rows f32[?,d]>
   D = <items int32[?], labels f32[?], seed int64[2]>
   M = <train_loss, num_examples, aggregator measurements>
 
-`tff.learning.templates.LearningProcess` cannot return client-placed values,
-hence a `tff.templates.IterativeProcess` (the program holds the client state
-store between rounds).
+The client state C is what the program stores per user. Only its L part goes
+into `next`: a round starts from the global item embedding (Algorithm 1,
+ClientUpdate line 1), so last round's fine-tuned rows are read only for
+inference, and sending them in would cost a third of the round for nothing
+(measured on ML-100K). `tff.learning.templates.LearningProcess` cannot return
+client-placed values, hence a `tff.templates.IterativeProcess`.
 
-Server side (PFedRec Algorithm 1, ServerExecute line 6): the global parameters
-move by the aggregate of the clients' deltas; with the default
-`tff.aggregators.UnweightedMeanFactory` that is theta^m <- 1/n sum_i theta_i^m,
-the direct average of the uploaded item embeddings.
+Client side: `local_training.train_locally` (ClientUpdate) on a compact table
+holding only the T rows of the items in the client's data (Sec. 4.3,
+"Efficient on-device update"), so no client operation touches the whole
+[I, d] table. The client uploads the deltas of those T rows (row-sparse) and
+dense deltas of any other global parameters. With local differential privacy
+(Sec. 6.6) it uploads the whole table plus Laplace noise instead: without
+noise, a full-table upload reveals which rows changed anyway (the unchanged
+ones), so sparse uploads leak nothing more; with noise, they would.
 
-Client side: `local_training.train_locally` (ClientUpdate). With dual
-personalization the client keeps the rows of its fine-tuned item embedding
-that it trained (Sec. 4.3 "Efficient on-device update": a device only keeps
-the interacted items and its sampled negatives) and scores with them; the next
-round starts again from the global item embedding (line 1).
+Server side (Algorithm 1, ServerExecute line 6): the global parameters move
+by the mean of the clients' deltas, theta^m <- 1/n sum_i theta_i^m, through
+`tff.aggregators` factories: `aggregators.sparse_rows.RowSparseMeanFactory`
+for item rows (`tff.aggregators.UnweightedMeanFactory` for the dense LDP
+upload) and `UnweightedMeanFactory` for dense parameters, unless replaced.
+With dual personalization the client keeps the item rows it fine-tuned and
+scores with them.
 """
 
 import collections
@@ -40,6 +50,7 @@ import tensorflow_federated as tff
 from tff_fedrec import local_training
 from tff_fedrec import models
 from tff_fedrec import privacy
+from tff_fedrec.aggregators import sparse_rows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,19 +109,12 @@ def initial_client_state(
   )
 
 
-def client_state_type(
+def local_parameters_type(
     spec: models.RecommenderSpec, params: models.Parameters
 ) -> tff.Type:
-  state = initial_client_state(spec, params)
-  return tff.to_type(
-      collections.OrderedDict(
-          local_parameters=_type_of_structure(state['local_parameters']),
-          personal_item_ids=tff.TensorType(np.int32, [None]),
-          personal_item_rows=tff.TensorType(
-              np.float32, [None, spec.embedding_dim]
-          ),
-      )
-  )
+  """The type L of the client-local parameters (the input of `next`)."""
+  _, local_params = models.split_parameters(spec, params)
+  return _type_of_structure(local_params)
 
 
 def build_partially_local_process(
@@ -118,6 +122,7 @@ def build_partially_local_process(
     initial_params: models.Parameters,
     config: ClientTrainingConfig,
     *,
+    item_aggregator: Optional[tff.aggregators.UnweightedAggregationFactory] = None,
     model_aggregator: Optional[tff.aggregators.UnweightedAggregationFactory] = None,
 ) -> tff.templates.IterativeProcess:
   """Builds the process described in the module docstring.
@@ -126,30 +131,60 @@ def build_partially_local_process(
     spec: The model and its global / local declaration.
     initial_params: Initial parameters (`models.initial_parameters`).
     config: Local training hyperparameters.
-    model_aggregator: Aggregates the clients' deltas of the global parameters;
-      `None` means `tff.aggregators.UnweightedMeanFactory()` (the unweighted
-      average of PFedRec Algorithm 1 line 6).
+    item_aggregator: Aggregates the item-embedding uploads: row-sparse
+      `sparse_rows.row_sparse_type(d)` values, or dense [I, d] ones when
+      `config.ldp_noise_scale > 0`. `None` means
+      `sparse_rows.RowSparseMeanFactory(num_items)`, respectively
+      `tff.aggregators.UnweightedMeanFactory()`: the unweighted average of
+      PFedRec Algorithm 1 line 6 either way.
+    model_aggregator: Aggregates the deltas of the other global parameters
+      (FedNCF's shared MLP); `None` means
+      `tff.aggregators.UnweightedMeanFactory()`.
 
   Returns:
     A `tff.templates.IterativeProcess`.
   """
+  dense_upload = config.ldp_noise_scale > 0
+  if item_aggregator is None:
+    item_aggregator = (
+        tff.aggregators.UnweightedMeanFactory()
+        if dense_upload
+        else sparse_rows.RowSparseMeanFactory(spec.num_items)
+    )
   if model_aggregator is None:
     model_aggregator = tff.aggregators.UnweightedMeanFactory()
   global_init, _ = models.split_parameters(spec, initial_params)
+  dense_keys = tuple(k for k in spec.global_keys if k != 'item_embedding')
   global_type = _type_of_structure(global_init)
-  state_type = client_state_type(spec, initial_params)
+  local_type = local_parameters_type(spec, initial_params)
   data_type = tff.to_type(client_data_type())
-  aggregation = model_aggregator.create(global_type)
+  item_upload_type = (
+      _tensor_type_of(global_init['item_embedding'])
+      if dense_upload
+      else sparse_rows.row_sparse_type(spec.embedding_dim)
+  )
+  item_aggregation = item_aggregator.create(item_upload_type)
+  dense_aggregation = (
+      model_aggregator.create(
+          _type_of_structure(
+              collections.OrderedDict((k, global_init[k]) for k in dense_keys)
+          )
+      )
+      if dense_keys
+      else None
+  )
 
-  @tff.tensorflow.computation(global_type, state_type, data_type)
-  def client_update(global_params, client_state, data):
-    params = models.merge_parameters(
-        spec, global_params, client_state['local_parameters']
+  @tff.tensorflow.computation(global_type, local_type, data_type)
+  def client_update(global_params, local_params, data):
+    row_ids, local_items = tf.unique(data['items'])
+    compact = collections.OrderedDict(global_params)
+    compact['item_embedding'] = tf.gather(
+        global_params['item_embedding'], row_ids
     )
     result = local_training.train_locally(
         spec,
-        params,
-        data['items'],
+        models.merge_parameters(spec, compact, local_params),
+        local_items,
         data['labels'],
         batch_size=config.batch_size,
         local_epochs=config.local_epochs,
@@ -159,17 +194,30 @@ def build_partially_local_process(
         shuffle_seed=data['seed'],
     )
     new_global, new_local = models.split_parameters(spec, result.parameters)
-    delta = tf.nest.map_structure(tf.subtract, new_global, global_params)
-    if config.ldp_noise_scale > 0:
-      delta['item_embedding'] += privacy.laplace_noise(
-          tf.shape(delta['item_embedding']),
+    row_deltas = new_global['item_embedding'] - compact['item_embedding']
+    if dense_upload:
+      table_delta = tf.scatter_nd(
+          tf.expand_dims(row_ids, 1),
+          row_deltas,
+          tf.shape(global_params['item_embedding']),
+      )
+      # Fold in a tag so the noise never shares a seed with a reshuffle.
+      item_upload = table_delta + privacy.laplace_noise(
+          tf.shape(table_delta),
           config.ldp_noise_scale,
-          # Fold in a tag so the noise never shares a seed with a reshuffle.
           seed=tf.random.experimental.stateless_fold_in(data['seed'], 1 << 30),
       )
+    else:
+      item_upload = collections.OrderedDict(
+          row_ids=row_ids, row_values=row_deltas
+      )
+    dense_deltas = collections.OrderedDict(
+        (k, tf.nest.map_structure(tf.subtract, new_global[k], global_params[k]))
+        for k in dense_keys
+    )
     if config.dual_personalization:
-      personal_ids, _ = tf.unique(data['items'])
-      personal_rows = tf.gather(result.parameters['item_embedding'], personal_ids)
+      personal_ids = row_ids
+      personal_rows = new_global['item_embedding']
     else:
       personal_ids = tf.zeros([0], tf.int32)
       personal_rows = tf.zeros([0, spec.embedding_dim], tf.float32)
@@ -182,24 +230,47 @@ def build_partially_local_process(
         loss_sum=result.loss_sum,
         num_examples=tf.cast(result.num_examples, tf.float32),
     )
-    return delta, new_state, client_metrics
+    return item_upload, dense_deltas, new_state, client_metrics
 
-  @tff.tensorflow.computation(global_type, global_type)
-  def apply_update(global_params, mean_delta):
-    return tf.nest.map_structure(tf.add, global_params, mean_delta)
+  @tff.tensorflow.computation(
+      global_type,
+      item_aggregation.next.type_signature.result.result.member,
+      tff.to_type(
+          collections.OrderedDict(
+              (k, global_type[k]) for k in dense_keys
+          )
+      ),
+  )
+  def apply_update(global_params, item_delta, dense_deltas):
+    updated = collections.OrderedDict(global_params)
+    updated['item_embedding'] = global_params['item_embedding'] + item_delta
+    for key in dense_keys:
+      updated[key] = tf.nest.map_structure(
+          tf.add, global_params[key], dense_deltas[key]
+      )
+    return updated
 
   @tff.tensorflow.computation
   def initial_global_parameters():
     return tf.nest.map_structure(tf.constant, global_init)
 
+  @tff.tensorflow.computation
+  def empty_structure():
+    return collections.OrderedDict()
+
   @tff.federated_computation
   def initialize():
+    aggregator_state = collections.OrderedDict(
+        item=item_aggregation.initialize()
+    )
+    if dense_aggregation is not None:
+      aggregator_state['dense'] = dense_aggregation.initialize()
     return tff.federated_zip(
         collections.OrderedDict(
             global_parameters=tff.federated_eval(
                 initial_global_parameters, tff.SERVER
             ),
-            aggregator=aggregation.initialize(),
+            aggregator=tff.federated_zip(aggregator_state),
             round_num=tff.federated_value(np.int32(0), tff.SERVER),
         )
     )
@@ -216,21 +287,37 @@ def build_partially_local_process(
 
   @tff.federated_computation(
       server_state_type,
-      tff.FederatedType(state_type, tff.CLIENTS),
+      tff.FederatedType(local_type, tff.CLIENTS),
       tff.FederatedType(data_type, tff.CLIENTS),
   )
-  def next_fn(server_state, client_states, client_data):
-    deltas, new_client_states, client_metrics = tff.federated_map(
-        client_update,
-        (
-            tff.federated_broadcast(server_state.global_parameters),
-            client_states,
-            client_data,
-        ),
+  def next_fn(server_state, local_params, client_data):
+    item_uploads, dense_deltas, new_client_states, client_metrics = (
+        tff.federated_map(
+            client_update,
+            (
+                tff.federated_broadcast(server_state.global_parameters),
+                local_params,
+                client_data,
+            ),
+        )
     )
-    aggregate = aggregation.next(server_state.aggregator, deltas)
+    item_output = item_aggregation.next(
+        server_state.aggregator.item, item_uploads
+    )
+    aggregator_state = collections.OrderedDict(item=item_output.state)
+    measurements = collections.OrderedDict(item=item_output.measurements)
+    if dense_aggregation is not None:
+      dense_output = dense_aggregation.next(
+          server_state.aggregator.dense, dense_deltas
+      )
+      aggregator_state['dense'] = dense_output.state
+      measurements['dense'] = dense_output.measurements
+      dense_mean = dense_output.result
+    else:
+      dense_mean = tff.federated_eval(empty_structure, tff.SERVER)
     new_global = tff.federated_map(
-        apply_update, (server_state.global_parameters, aggregate.result)
+        apply_update,
+        (server_state.global_parameters, item_output.result, dense_mean),
     )
     loss_sum = tff.federated_sum(client_metrics.loss_sum)
     num_examples = tff.federated_sum(client_metrics.num_examples)
@@ -238,13 +325,13 @@ def build_partially_local_process(
         collections.OrderedDict(
             train_loss=tff.federated_map(safe_divide, (loss_sum, num_examples)),
             num_examples=num_examples,
-            aggregator=aggregate.measurements,
+            aggregator=tff.federated_zip(measurements),
         )
     )
     new_server_state = tff.federated_zip(
         collections.OrderedDict(
             global_parameters=new_global,
-            aggregator=aggregate.state,
+            aggregator=tff.federated_zip(aggregator_state),
             round_num=tff.federated_map(increment, server_state.round_num),
         )
     )

@@ -13,6 +13,7 @@ import tensorflow_federated as tff
 
 from tff_fedrec import local_training
 from tff_fedrec import models
+from tff_fedrec.aggregators import sparse_rows
 from tff_fedrec.algorithms import partially_local
 from tff_fedrec.programs import execution
 
@@ -150,16 +151,21 @@ def _assert_client_state_close(got, expected):
   )
 
 
-def _run_round(spec, config, *, model_aggregator=None, client_data=None):
+def _run_round(
+    spec, config, *, model_aggregator=None, item_aggregator=None,
+    client_data=None,
+):
   params = models.initial_parameters(spec, seed=0)
   process = partially_local.build_partially_local_process(
-      spec, params, config, model_aggregator=model_aggregator
+      spec, params, config, model_aggregator=model_aggregator,
+      item_aggregator=item_aggregator,
   )
   server_state = process.initialize()
   client_states = _client_states(spec, params)
   client_data = client_data or _client_data()
+  # Only the local parameters go into a round (see the module docstring).
   new_server_state, new_client_states, metrics = process.next(
-      server_state, client_states, client_data
+      server_state, [s['local_parameters'] for s in client_states], client_data
   )
   return (params, server_state, client_states, client_data,
           new_server_state, new_client_states, metrics)
@@ -190,16 +196,19 @@ def test_type_signature():
   assert metrics_out.placement == tff.SERVER
   assert not clients_in.all_equal and not clients_out.all_equal
   assert not data_in.all_equal
-  # S and C come back in the type they went in, so rounds chain.
+  # S comes back in the type it went in, and so does C's local part L (the
+  # only part a round reads), so rounds chain.
   assert server_out.member.is_equivalent_to(server_in.member)
   assert server_in.member.is_equivalent_to(initialize_type.result.member)
-  assert clients_out.member.is_equivalent_to(clients_in.member)
   assert _names(server_in.member) == [
       'global_parameters', 'aggregator', 'round_num'
   ]
-  assert _names(clients_in.member) == [
+  assert _names(clients_out.member) == [
       'local_parameters', 'personal_item_ids', 'personal_item_rows'
   ]
+  local_out = clients_out.member[0]
+  assert local_out.is_equivalent_to(clients_in.member)
+  assert _names(clients_in.member) == ['score_layers']
   assert _names(data_in.member) == ['items', 'labels', 'seed']
   assert _names(metrics_out.member) == [
       'train_loss', 'num_examples', 'aggregator'
@@ -207,7 +216,7 @@ def test_type_signature():
   # Only the declared global parameters travel to the server; the score
   # function (personal in PFedRec) stays in the client state.
   assert _names(server_in.member.global_parameters) == ['item_embedding']
-  assert _names(clients_in.member.local_parameters) == ['score_layers']
+  assert _names(clients_out.member[0]) == ['score_layers']
 
 
 def test_initialize_holds_the_initial_global_parameters():
@@ -320,13 +329,17 @@ def test_one_round_without_dual_personalization_matches_reference():
   np.testing.assert_allclose(metrics['train_loss'], train_loss, rtol=1e-5)
 
 
-class _MeanPlusOneFactory(tff.aggregators.UnweightedAggregationFactory):
-  """Test double: the unweighted mean, then + 1 on every entry."""
+class _PlusOneFactory(tff.aggregators.UnweightedAggregationFactory):
+  """Test double: the inner factory's result, then + 1 on every entry."""
+
+  def __init__(self, inner_factory):
+    self._inner_factory = inner_factory
 
   def create(self, value_type):
-    inner = tff.aggregators.UnweightedMeanFactory().create(value_type)
+    inner = self._inner_factory.create(value_type)
+    result_type = inner.next.type_signature.result.result.member
 
-    @tff.tensorflow.computation(value_type)
+    @tff.tensorflow.computation(result_type)
     def add_one(value):
       return tf.nest.map_structure(lambda x: x + 1.0, value)
 
@@ -345,21 +358,38 @@ class _MeanPlusOneFactory(tff.aggregators.UnweightedAggregationFactory):
     return tff.templates.AggregationProcess(inner.initialize, next_fn)
 
 
-def test_model_aggregator_is_used():
+def _plus_one(structure):
+  return tf.nest.map_structure(lambda x: x + 1.0, structure)
+
+
+def test_model_aggregator_is_used_for_the_shared_dense_parameters():
   (params, _, client_states, client_data, new_server_state, *_) = _run_round(
-      _NCF_GLOBAL_MLP_SPEC, _CONFIG, model_aggregator=_MeanPlusOneFactory()
+      _NCF_GLOBAL_MLP_SPEC, _CONFIG,
+      model_aggregator=_PlusOneFactory(tff.aggregators.UnweightedMeanFactory()),
   )
   global_params, _ = models.split_parameters(_NCF_GLOBAL_MLP_SPEC, params)
-
-  expected_global, *_ = _reference_round(
+  expected, *_ = _reference_round(
       _NCF_GLOBAL_MLP_SPEC, _CONFIG, global_params, client_states, client_data
   )
+  # The server applies what the aggregator returns: mean delta + 1 on the
+  # MLP, while the item rows go through the (untouched) item aggregator.
+  expected['score_layers'] = _plus_one(expected['score_layers'])
+  _assert_close(new_server_state['global_parameters'], expected)
 
-  # The server applies whatever the aggregator returns: mean delta + 1.
-  _assert_close(
-      new_server_state['global_parameters'],
-      tf.nest.map_structure(lambda x: x + 1.0, expected_global),
+
+def test_item_aggregator_is_used_for_the_item_rows():
+  (params, _, client_states, client_data, new_server_state, *_) = _run_round(
+      _NCF_GLOBAL_MLP_SPEC, _CONFIG,
+      item_aggregator=_PlusOneFactory(
+          sparse_rows.RowSparseMeanFactory(_NUM_ITEMS)
+      ),
   )
+  global_params, _ = models.split_parameters(_NCF_GLOBAL_MLP_SPEC, params)
+  expected, *_ = _reference_round(
+      _NCF_GLOBAL_MLP_SPEC, _CONFIG, global_params, client_states, client_data
+  )
+  expected['item_embedding'] = _plus_one(expected['item_embedding'])
+  _assert_close(new_server_state['global_parameters'], expected)
 
 
 def _noise_config(scale):

@@ -28,6 +28,7 @@ def build_pfedrec(
     training: partially_local.ClientTrainingConfig = partially_local.ClientTrainingConfig(),
     seed: int = 0,
     model_aggregator: Optional[tff.aggregators.UnweightedAggregationFactory] = None,
+    item_aggregator: Optional[tff.aggregators.UnweightedAggregationFactory] = None,
 ) -> method.FederatedMethod:
   """Builds PFedRec; `training.dual_personalization` must stay True."""
   if not training.dual_personalization:
@@ -40,5 +41,9 @@ def build_pfedrec(
       personal_score_layers=True,
   )
   return _partially_local_method.build_method(
-      spec, training, seed=seed, model_aggregator=model_aggregator
+      spec,
+      training,
+      seed=seed,
+      model_aggregator=model_aggregator,
+      item_aggregator=item_aggregator,
   )

@@ -1,7 +1,7 @@
 """The one method registry: `--method` name -> builder.
 
 Every builder takes the same keyword arguments (num_items, embedding_dim,
-hidden_units, training, seed, model_aggregator) and returns a
+hidden_units, training, seed, model_aggregator, item_aggregator) and returns a
 `method.FederatedMethod`. Adding a method is one module and one line here.
 """
 

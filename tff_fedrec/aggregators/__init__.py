@@ -1,0 +1,1 @@
+"""Aggregation factories (`tff.aggregators` style: one `create` each)."""
