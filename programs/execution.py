@@ -8,7 +8,10 @@ program starts the same binary itself:
 - the child gets PR_SET_PDEATHSIG=SIGKILL, so the kernel ends it when this
   process dies, even by SIGKILL;
 - `worker_execution_context` stops it on every normal or exceptional exit;
-- its output goes to a log file, never to the caller's pipes.
+- its output goes to a log file, never to the caller's pipes;
+- a watchdog thread notices when it dies mid-run (it has been seen to
+  segfault after many rounds) and raises `WorkerDiedError` in the main
+  thread: TFF's client would otherwise retry the vanished executor forever.
 
 The Python side talks to it over gRPC exactly as TFF's own local context does
 (RemoteExecutor + SyncExecutionContext), so computations run unchanged.
@@ -20,6 +23,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from typing import Iterator, Optional
 
@@ -37,6 +41,10 @@ _GRPC_OPTIONS = [
 
 class WorkerStartError(RuntimeError):
   """The TFF worker did not start or did not answer."""
+
+
+class WorkerDiedError(RuntimeError):
+  """The TFF worker process ended while the program was using it."""
 
 
 def worker_binary_path() -> str:
@@ -115,28 +123,65 @@ def make_remote_context(
   )
 
 
+def _describe_exit(returncode: int) -> str:
+  if returncode < 0:
+    return f'was killed by signal {signal.Signals(-returncode).name}'
+  return f'exited with code {returncode}'
+
+
 @contextlib.contextmanager
-def worker_execution_context(*, log_path: str = os.devnull) -> Iterator[int]:
+def worker_execution_context(
+    *, log_path: str = os.devnull, poll_seconds: float = 0.5
+) -> Iterator[int]:
   """Installs a local worker as TFF's default context; yields its PID.
 
   The worker is stopped and the previous context restored when the block
   exits, also on exceptions and KeyboardInterrupt; SIGTERM is turned into
-  SystemExit so that it stops too.
+  SystemExit so that it stops too. If the worker dies inside the block,
+  `WorkerDiedError` is raised in the main thread (via SIGUSR1), interrupting
+  a computation that would otherwise wait for it forever.
   """
   process, port = start_worker(log_path=log_path)
-  previous_handler = signal.getsignal(signal.SIGTERM)
+  stopping = threading.Event()
+  previous_handlers = {
+      signal.SIGTERM: signal.getsignal(signal.SIGTERM),
+      signal.SIGUSR1: signal.getsignal(signal.SIGUSR1),
+  }
 
   def _exit_on_sigterm(signum, frame):
     del frame
     raise SystemExit(128 + signum)
 
+  def _raise_worker_died(signum, frame):
+    del signum, frame
+    raise WorkerDiedError(
+        f'The TFF worker (pid {process.pid}) {_describe_exit(process.returncode)}'
+        f' during a computation; its log is {log_path}.'
+    )
+
+  def _watch():
+    while not stopping.wait(poll_seconds):
+      if process.poll() is not None:
+        if not stopping.is_set():
+          os.kill(os.getpid(), signal.SIGUSR1)
+        return
+
   signal.signal(signal.SIGTERM, _exit_on_sigterm)
+  signal.signal(signal.SIGUSR1, _raise_worker_died)
+  watchdog = threading.Thread(target=_watch, daemon=True)
   context_stack = tff.framework.get_context_stack()
   previous_context = context_stack.current
   try:
     context_stack.set_default_context(make_remote_context(f'127.0.0.1:{port}'))
+    watchdog.start()
     yield process.pid
   finally:
+    stopping.set()
+    # Joined before the handlers are restored: SIGUSR1's default would kill
+    # the process.
+    if watchdog.is_alive():
+      watchdog.join()
     context_stack.set_default_context(previous_context)
     stop_worker(process)
-    signal.signal(signal.SIGTERM, previous_handler)
+    for signum, handler in previous_handlers.items():
+      signal.signal(signum, handler)

@@ -1,4 +1,5 @@
 import os
+import signal
 import socket
 
 import numpy as np
@@ -53,3 +54,13 @@ def test_an_executor_that_does_not_answer_gives_a_clear_error():
     execution.make_remote_context(
         f'127.0.0.1:{port}', ready_timeout_seconds=1.0
     )
+
+
+def test_a_worker_that_dies_interrupts_the_waiting_computation():
+  with pytest.raises(execution.WorkerDiedError, match='SIGKILL'):
+    with execution.worker_execution_context() as pid:
+      assert _add_one(np.float32(1.0)) == pytest.approx(2.0)
+      os.kill(pid, signal.SIGKILL)
+      # Without the watchdog TFF would retry the vanished worker forever.
+      _add_one(np.float32(1.0))
+  assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL

@@ -111,6 +111,11 @@ _EVAL_EVERY = flags.DEFINE_integer('eval_every', 1, 'Evaluate every N rounds.')
 _CHECKPOINT_EVERY = flags.DEFINE_integer(
     'checkpoint_every', 1, 'Checkpoint every N rounds.'
 )
+_MAX_WORKER_RESTARTS = flags.DEFINE_integer(
+    'max_worker_restarts', 3,
+    'If the TFF worker dies, restart it and resume from the last checkpoint '
+    'this many times before giving up.',
+)
 
 
 class FlagError(ValueError):
@@ -237,25 +242,38 @@ def run() -> dict:
   )
   root_dir = _ROOT_DIR.value
   os.makedirs(root_dir, exist_ok=True)
-  with execution.worker_execution_context(
-      log_path=os.path.join(root_dir, 'worker.log')
-  ) as worker_pid:
-    run_ = training_loop.TrainingRun(
-        method, data, loop_config, root_dir,
-        log=lambda line: print(line, flush=True),
-        worker_pid=worker_pid,
-        summary_fields={
-            'method': _METHOD.value,
-            'dataset': data_config.dataset,
-            'config': {
-                'training': dataclasses.asdict(training),
-                'loop': dataclasses.asdict(loop_config),
-                'embedding_dim': _EMBEDDING_DIM.value,
-                'hidden_units': list(method.spec.hidden_units),
-            },
-        },
-    )
-    summary = run_.train()
+  summary_fields = {
+      'method': _METHOD.value,
+      'dataset': data_config.dataset,
+      'config': {
+          'training': dataclasses.asdict(training),
+          'loop': dataclasses.asdict(loop_config),
+          'embedding_dim': _EMBEDDING_DIM.value,
+          'hidden_units': list(method.spec.hidden_units),
+      },
+  }
+  restarts = 0
+  while True:
+    try:
+      with execution.worker_execution_context(
+          log_path=os.path.join(root_dir, 'worker.log')
+      ) as worker_pid:
+        summary = training_loop.TrainingRun(
+            method, data, loop_config, root_dir,
+            log=lambda line: print(line, flush=True),
+            worker_pid=worker_pid,
+            summary_fields=summary_fields,
+        ).train()
+      break
+    except execution.WorkerDiedError as error:
+      if restarts >= _MAX_WORKER_RESTARTS.value:
+        raise
+      restarts += 1
+      print(
+          f'{error} Restarting it and resuming from the last checkpoint '
+          f'(restart {restarts} of at most {_MAX_WORKER_RESTARTS.value}).',
+          flush=True,
+      )
   print(_results_table(summary), flush=True)
   return summary
 
@@ -266,6 +284,13 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)
   try:
     run()
+  except execution.WorkerDiedError as error:
+    print(
+        f'error: {error} The last checkpoint in --root_dir is intact; run the '
+        'same command again to resume from it.',
+        file=sys.stderr, flush=True,
+    )
+    sys.exit(3)
   except (FlagError, errors.DataFormatError, errors.DatasetFetchError,
           execution.WorkerStartError, ValueError) as error:
     print(f'error: {error}', file=sys.stderr, flush=True)

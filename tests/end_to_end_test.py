@@ -100,37 +100,19 @@ def test_two_rounds_of_each_method_write_results_and_leave_no_worker(
   assert _processes_with_tag(tag) == []
 
 
-def test_killed_run_resumes_to_the_same_result_as_an_uninterrupted_run(
-    tmp_path,
-):
-  args = ['--method=pfedrec', *_SMALL_RUN, '--rounds=4']
-  reference_dir = str(tmp_path / 'uninterrupted')
-  reference = _run_program([*args, f'--root_dir={reference_dir}'])
-  assert reference.returncode == 0, reference.stderr[-3000:]
+_RESUME_ARGS = ['--method=pfedrec', *_SMALL_RUN, '--rounds=4']
 
-  resumed_dir = str(tmp_path / 'killed')
-  tag = uuid.uuid4().hex
-  env = dict(os.environ, TFF_FEDREC_TEST_TAG=tag)
-  process = subprocess.Popen(
-      [sys.executable, '-m', 'tff_fedrec.programs.train', *args,
-       f'--root_dir={resumed_dir}'],
-      env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-  )
-  checkpoint = os.path.join(resumed_dir, 'checkpoints', 'program_state_2')
-  deadline = time.monotonic() + 240
-  while not os.path.isdir(checkpoint) and process.poll() is None:
-    assert time.monotonic() < deadline, 'no checkpoint after round 2'
-    time.sleep(0.05)
-  process.send_signal(signal.SIGKILL)
-  process.wait()
-  # The kernel ends the TFF worker with its parent (PR_SET_PDEATHSIG).
-  time.sleep(1)
-  assert _processes_with_tag(tag) == []
-  assert not os.path.exists(os.path.join(resumed_dir, 'summary.json'))
 
-  resumed = _run_program([*args, f'--root_dir={resumed_dir}'])
-  assert resumed.returncode == 0, resumed.stderr[-3000:]
-  assert 'Resumed from checkpoint' in resumed.stdout
+@pytest.fixture(scope='module')
+def uninterrupted_run(tmp_path_factory):
+  """Root dir of a 4-round run that nothing interrupted."""
+  root_dir = str(tmp_path_factory.mktemp('uninterrupted'))
+  result = _run_program([*_RESUME_ARGS, f'--root_dir={root_dir}'])
+  assert result.returncode == 0, result.stderr[-3000:]
+  return root_dir
+
+
+def _assert_same_results(reference_dir, resumed_dir):
   with open(os.path.join(reference_dir, 'summary.json')) as f:
     expected = json.load(f)
   with open(os.path.join(resumed_dir, 'summary.json')) as f:
@@ -144,6 +126,84 @@ def test_killed_run_resumes_to_the_same_result_as_an_uninterrupted_run(
   for want, got in zip(expected_rows, actual_rows):
     for key in ('train_loss', 'val_hr_at_10', 'test_ndcg_at_10'):
       assert float(got[key]) == pytest.approx(float(want[key]), abs=1e-6)
+
+
+def _start_and_wait_for_checkpoint(args, root_dir, tag, version=2):
+  env = dict(os.environ, TFF_FEDREC_TEST_TAG=tag)
+  process = subprocess.Popen(
+      [sys.executable, '-m', 'tff_fedrec.programs.train', *args,
+       f'--root_dir={root_dir}'],
+      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+  )
+  checkpoint = os.path.join(root_dir, 'checkpoints', f'program_state_{version}')
+  deadline = time.monotonic() + 240
+  while not os.path.isdir(checkpoint) and process.poll() is None:
+    assert time.monotonic() < deadline, f'no checkpoint {version}'
+    time.sleep(0.05)
+  return process
+
+
+def _worker_pid(tag):
+  for pid in _processes_with_tag(tag):
+    with open(f'/proc/{pid}/comm') as f:
+      if f.read().strip() == 'worker_binary':
+        return pid
+  raise AssertionError('no TFF worker found')
+
+
+def test_killed_worker_is_restarted_and_the_run_ends_as_if_uninterrupted(
+    tmp_path, uninterrupted_run
+):
+  root_dir = str(tmp_path / 'restarted')
+  tag = uuid.uuid4().hex
+  process = _start_and_wait_for_checkpoint(
+      [*_RESUME_ARGS, '--max_worker_restarts=1'], root_dir, tag
+  )
+  os.kill(_worker_pid(tag), signal.SIGKILL)
+  stdout, stderr = process.communicate(timeout=300)
+  assert process.returncode == 0, stderr[-3000:]
+  assert 'Restarting it and resuming from the last checkpoint' in stdout
+  assert 'Resumed from checkpoint' in stdout
+  _assert_same_results(uninterrupted_run, root_dir)
+  assert _processes_with_tag(tag) == []
+
+
+def test_killed_worker_without_restarts_fails_clearly_and_resumes_later(
+    tmp_path, uninterrupted_run
+):
+  root_dir = str(tmp_path / 'failed')
+  tag = uuid.uuid4().hex
+  process = _start_and_wait_for_checkpoint(
+      [*_RESUME_ARGS, '--max_worker_restarts=0'], root_dir, tag
+  )
+  os.kill(_worker_pid(tag), signal.SIGKILL)
+  _, stderr = process.communicate(timeout=300)
+  assert process.returncode == 3
+  assert 'TFF worker' in stderr and 'run the same command again' in stderr
+  assert 'Traceback' not in stderr
+  assert _processes_with_tag(tag) == []
+  resumed = _run_program([*_RESUME_ARGS, f'--root_dir={root_dir}'])
+  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  _assert_same_results(uninterrupted_run, root_dir)
+
+
+def test_killed_run_resumes_to_the_same_result_as_an_uninterrupted_run(
+    tmp_path, uninterrupted_run
+):
+  resumed_dir = str(tmp_path / 'killed')
+  tag = uuid.uuid4().hex
+  process = _start_and_wait_for_checkpoint(_RESUME_ARGS, resumed_dir, tag)
+  process.send_signal(signal.SIGKILL)
+  process.communicate()
+  # The kernel ends the TFF worker with its parent (PR_SET_PDEATHSIG).
+  time.sleep(1)
+  assert _processes_with_tag(tag) == []
+  assert not os.path.exists(os.path.join(resumed_dir, 'summary.json'))
+
+  resumed = _run_program([*_RESUME_ARGS, f'--root_dir={resumed_dir}'])
+  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  assert 'Resumed from checkpoint' in resumed.stdout
+  _assert_same_results(uninterrupted_run, resumed_dir)
 
 
 @pytest.mark.parametrize(
