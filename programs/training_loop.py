@@ -25,7 +25,6 @@ import time
 from typing import Callable, Optional
 
 import numpy as np
-import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_fedrec import client_state_store
@@ -68,8 +67,11 @@ def sample_round(
     data: preprocessing.LeaveOneOutData,
     config: LoopConfig,
     round_num: int,
-) -> tuple[np.ndarray, list[collections.OrderedDict]]:
-  """The round's users (sorted) and their client data (items, labels, seed)."""
+) -> tuple[
+    np.ndarray, list[collections.OrderedDict], preprocessing.TrainingExamples
+]:
+  """The round's users (sorted), their client data (items, labels, seed)
+  and every user's training examples of the round."""
   rng = _round_rng(config.seed, round_num)
   if config.clients_per_round >= data.num_users:
     users = np.arange(data.num_users)
@@ -97,7 +99,7 @@ def sample_round(
                           np.int64),
         )
     )
-  return users, client_data
+  return users, client_data, examples
 
 
 def best_round(history: dict[str, list[float]]) -> int:
@@ -198,7 +200,7 @@ class TrainingRun:
     negatives = getattr(self._data, f'{split}_negatives')
     return evaluation.evaluate_leave_one_out(
         self._method.spec,
-        self.server_state['global_parameters'],
+        self._method.global_parameters(self.server_state),
         self.store,
         positives,
         negatives,
@@ -206,15 +208,17 @@ class TrainingRun:
 
   def run_round(self, round_num: int) -> dict[str, float]:
     start = time.perf_counter()
-    users, client_data = sample_round(self._data, self._config, round_num)
-    self.server_state, new_states, metrics = self._method.process.next(
-        self.server_state, self.store.local_parameters(users), client_data
+    users, client_data, examples = sample_round(
+        self._data, self._config, round_num
     )
-    self.store.put(users, new_states)
+    result = self._method.run_round(
+        self.server_state, self.store, users, client_data, examples
+    )
+    self.server_state = result.server_state
     record = {
         'round': float(round_num),
-        'train_loss': float(metrics['train_loss']),
-        'upload_bytes': float(self._upload_bytes(metrics, len(users))),
+        'train_loss': result.train_loss,
+        'upload_bytes': float(result.upload_bytes),
         'train_seconds': time.perf_counter() - start,
     }
     last = round_num == self._config.rounds - 1
@@ -306,28 +310,6 @@ class TrainingRun:
         'num_items': self._data.num_items,
     }
 
-  def _global_bytes(self, keys) -> int:
-    return sum(
-        np.asarray(leaf).nbytes
-        for key in keys
-        for leaf in tf.nest.flatten(self._method.initial_parameters[key])
-    )
-
-  def _upload_bytes(self, metrics, num_clients: int) -> int:
-    """Bytes the round's clients uploaded, from the aggregator's counts.
-
-    Row-sparse item uploads send an int32 id and d float32 values per row;
-    dense parameters (and LDP's noised full table) are sent whole.
-    """
-    spec = self._method.spec
-    item_measurements = metrics['aggregator']['item']
-    dense_keys = [k for k in spec.global_keys if k != 'item_embedding']
-    uploaded = self._global_bytes(dense_keys) * num_clients
-    if 'uploaded_rows' in item_measurements:
-      row_bytes = 4 + 4 * spec.embedding_dim
-      return uploaded + int(item_measurements['uploaded_rows']) * row_bytes
-    return uploaded + self._global_bytes(['item_embedding']) * num_clients
-
   def bytes_per_round(self) -> dict[str, float]:
     """Bytes crossing the network per round (median over rounds).
 
@@ -336,7 +318,9 @@ class TrainingRun:
     the device.
     """
     download = (
-        self._global_bytes(self._method.spec.global_keys)
+        method_lib.parameter_bytes(
+            self._method.initial_parameters, self._method.spec.global_keys
+        )
         * self._config.clients_per_round
     )
     return {

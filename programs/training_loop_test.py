@@ -27,9 +27,9 @@ def test_best_round_takes_the_latest_of_equal_validation_hr():
 def test_sample_round_is_a_function_of_seed_and_round():
   data = _data()
   config = training_loop.LoopConfig(rounds=3, clients_per_round=4, seed=5)
-  users_a, data_a = training_loop.sample_round(data, config, 1)
-  users_b, data_b = training_loop.sample_round(data, config, 1)
-  users_c, data_c = training_loop.sample_round(data, config, 2)
+  users_a, data_a, _ = training_loop.sample_round(data, config, 1)
+  users_b, data_b, _ = training_loop.sample_round(data, config, 1)
+  users_c, data_c, _ = training_loop.sample_round(data, config, 2)
   np.testing.assert_array_equal(users_a, users_b)
   for a, b in zip(data_a, data_b):
     np.testing.assert_array_equal(a['items'], b['items'])
@@ -42,7 +42,7 @@ def test_sample_round_is_a_function_of_seed_and_round():
 def test_sample_round_gives_each_user_its_positives_and_four_negatives():
   data = _data()
   config = training_loop.LoopConfig(rounds=1, clients_per_round=100, seed=0)
-  users, client_data = training_loop.sample_round(data, config, 0)
+  users, client_data, examples = training_loop.sample_round(data, config, 0)
   np.testing.assert_array_equal(users, np.arange(data.num_users))
   for user, example in zip(users, client_data):
     positives = data.train_items[
@@ -58,3 +58,8 @@ def test_sample_round_gives_each_user_its_positives_and_four_negatives():
     assert not np.isin(example['items'][labels == 0], interacted).any()
     assert example['items'].dtype == np.int32
     assert example['seed'].shape == (2,)
+    # The client data is the user's segment of the round's examples.
+    np.testing.assert_array_equal(
+        example['items'],
+        examples.items[examples.offsets[user]:examples.offsets[user + 1]],
+    )

@@ -62,6 +62,7 @@ def _read_metrics(root_dir):
         ['--method=fedmf', '--dual_personalization'],
         ['--method=fedncf'],
         ['--method=fedncf', '--dual_personalization', '--client_fraction=0.5'],
+        ['--method=fedrecon'],
     ],
     ids=lambda flags: ' '.join(f.lstrip('-') for f in flags),
 )
@@ -88,8 +89,10 @@ def test_two_rounds_of_each_method_write_results_and_leave_no_worker(
   assert summary['peak_rss_mb'] > 0
   uploaded = summary['bytes_per_round']['upload']
   downloaded = summary['bytes_per_round']['download']
-  if any(f.startswith('--ldp_noise_scale') for f in method_flags):
-    # LDP uploads the whole noised item table, the size of the download.
+  if method_flags[0] == '--method=fedrecon' or any(
+      f.startswith('--ldp_noise_scale') for f in method_flags
+  ):
+    # LDP and FedRecon upload the whole item table, the size of the download.
     assert uploaded == downloaded
   else:
     # Row-sparse uploads: only the rows each client touched.

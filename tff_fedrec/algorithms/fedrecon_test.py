@@ -1,0 +1,87 @@
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tff_fedrec import reconstruction
+from tff_fedrec.algorithms import fedrecon
+from tff_fedrec.algorithms import partially_local
+from tff_fedrec.programs import execution
+
+_NUM_ITEMS, _DIM, _BATCH = 12, 3, 4
+_TRAINING = partially_local.ClientTrainingConfig(
+    learning_rate=0.3, item_learning_rate=2.0, batch_size=_BATCH,
+    dual_personalization=False,
+)
+
+
+@pytest.fixture(scope='module', autouse=True)
+def tff_worker():
+  with execution.worker_execution_context() as pid:
+    yield pid
+
+
+def _sigmoid(x):
+  return 1 / (1 + np.exp(-x))
+
+
+def _reference_client_delta(table, initial_user, items, labels):
+  """FedRecon's client: reconstruct p_u with q frozen, then SGD on q with
+  p_u frozen (one epoch each, batches in order); returns q_new - q."""
+  offsets = np.array([0, items.size])
+  p = reconstruction.reconstruct_user_embeddings(
+      table, offsets, items, labels, initial_user,
+      learning_rate=_TRAINING.learning_rate, batch_size=_BATCH,
+  )[0].astype(np.float64)
+  q = table.astype(np.float64).copy()
+  for start in range(0, items.size, _BATCH):
+    batch_items = items[start:start + _BATCH]
+    residual = _sigmoid(q[batch_items] @ p) - labels[start:start + _BATCH]
+    gradient = np.zeros_like(q)
+    np.add.at(gradient, batch_items, residual[:, None] * p[None, :])
+    q -= _TRAINING.item_learning_rate * gradient / batch_items.size
+  return q - table
+
+
+def test_one_round_equals_the_reference_and_the_mean_is_uniform():
+  method = fedrecon.build_fedrecon(
+      num_items=_NUM_ITEMS, embedding_dim=_DIM, training=_TRAINING, seed=1
+  )
+  rng = np.random.default_rng(0)
+  clients = []
+  for size in (6, 3, 9):  # unequal sizes: a weighted mean would differ
+    clients.append((rng.integers(0, _NUM_ITEMS, size).astype(np.int32),
+                    (rng.random(size) < 0.5).astype(np.float32)))
+  state = method.process.initialize()
+  table = method.global_parameters(state)['item_embedding']
+  np.testing.assert_allclose(table, method.initial_parameters['item_embedding'])
+  datasets = [
+      tf.data.Dataset.from_tensor_slices(
+          collections.OrderedDict(x=items, y=labels)).batch(_BATCH)
+      for items, labels in clients
+  ]
+  new_table = method.global_parameters(
+      method.process.next(state, datasets).state
+  )['item_embedding']
+  deltas = [
+      _reference_client_delta(
+          table, method.initial_parameters['user_embedding'], items, labels
+      )
+      for items, labels in clients
+  ]
+  np.testing.assert_allclose(
+      new_table, table + np.mean(deltas, axis=0), rtol=1e-4, atol=1e-5
+  )
+
+
+@pytest.mark.parametrize('kwargs, message', [
+    ({'hidden_units': (4,)}, 'hidden_units'),
+    ({'training': partially_local.ClientTrainingConfig(
+        dual_personalization=True)}, 'dual_personalization'),
+    ({'training': partially_local.ClientTrainingConfig(
+        dual_personalization=False, ldp_noise_scale=0.1)}, 'ldp_noise_scale'),
+])
+def test_unsupported_options_are_refused(kwargs, message):
+  with pytest.raises(ValueError, match=message):
+    fedrecon.build_fedrecon(num_items=5, **kwargs)
