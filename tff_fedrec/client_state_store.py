@@ -40,6 +40,7 @@ class ClientStateStore:
     self._personal_rows = [
         np.zeros([0, self._embedding_dim], np.float32)
     ] * num_users
+    self._row_index = None
 
   @property
   def num_users(self) -> int:
@@ -78,12 +79,26 @@ class ClientStateStore:
       self._personal_rows[user] = np.asarray(
           state['personal_item_rows'], np.float32
       )
+    self._row_index = None
 
   def stacked_local_parameters(self, users: np.ndarray):
     """Local parameters of `users` with a leading user dimension [U, ...]."""
     return tf.nest.pack_sequence_as(
         self._local_structure, [leaf[users] for leaf in self._local_leaves]
     )
+
+  def _personal_row_index(self, num_items: int):
+    """(sorted keys user * num_items + item, their rows), built once per put."""
+    if self._row_index is None or self._row_index[0] != num_items:
+      counts = np.array([ids.size for ids in self._personal_ids], np.int64)
+      owner = np.repeat(np.arange(self._num_users, dtype=np.int64), counts)
+      keys = owner * num_items + np.concatenate(self._personal_ids)
+      rows = np.concatenate(self._personal_rows).reshape(
+          [-1, self._embedding_dim]
+      )
+      order = np.argsort(keys, kind='stable')
+      self._row_index = (num_items, keys[order], rows[order])
+    return self._row_index[1:]
 
   def item_vectors(
       self, users: np.ndarray, items: np.ndarray, item_embedding: np.ndarray
@@ -94,23 +109,13 @@ class ClientStateStore:
     """
     vectors = item_embedding[items]
     num_items = item_embedding.shape[0]
-    counts = np.array([self._personal_ids[u].size for u in users], np.int64)
-    if not counts.any():
+    keys, rows = self._personal_row_index(num_items)
+    if not keys.size:
       return vectors
-    owner = np.repeat(np.arange(len(users), dtype=np.int64), counts)
-    keys = owner * num_items + np.concatenate(
-        [self._personal_ids[u] for u in users]
-    )
-    rows = np.concatenate([self._personal_rows[u] for u in users])
-    order = np.argsort(keys, kind='stable')
-    keys, rows = keys[order], rows[order]
-    wanted = (
-        np.arange(len(users), dtype=np.int64)[:, None] * num_items + items
-    )
-    position = np.searchsorted(keys, wanted)
-    position_clipped = np.minimum(position, keys.size - 1)
-    found = keys[position_clipped] == wanted
-    vectors[found] = rows[position_clipped[found]]
+    wanted = np.asarray(users, np.int64)[:, None] * num_items + items
+    position = np.minimum(np.searchsorted(keys, wanted), keys.size - 1)
+    found = keys[position] == wanted
+    vectors[found] = rows[position[found]]
     return vectors
 
   def bytes_per_user(self) -> float:
@@ -153,3 +158,4 @@ class ClientStateStore:
     self._personal_rows = [
         rows[offsets[u] : offsets[u + 1]] for u in range(self._num_users)
     ]
+    self._row_index = None

@@ -147,6 +147,35 @@ def test_item_vectors_prefers_personal_rows():
   np.testing.assert_array_equal(item_embedding, original)
 
 
+def test_item_vectors_follow_later_puts_and_loads():
+  # item_vectors keeps an index of the personal rows; every put and
+  # load_arrays must be visible to the next call.
+  store = _filled_store()
+  item_embedding = _global_item_embedding()
+  users = np.array([1])
+  candidates = np.array([[2, 3]])
+  np.testing.assert_array_equal(
+      store.item_vectors(users, candidates, item_embedding)[0],
+      item_embedding[[2, 3]],
+  )
+  store.put([1], [_state(1, [3])])
+  np.testing.assert_array_equal(
+      store.item_vectors(users, candidates, item_embedding)[0],
+      [item_embedding[2], [203.0, -3.0]],
+  )
+  snapshot = store.to_arrays()
+  store.put([1], [_state(1, [])])
+  np.testing.assert_array_equal(
+      store.item_vectors(users, candidates, item_embedding)[0],
+      item_embedding[[2, 3]],
+  )
+  store.load_arrays(snapshot)
+  np.testing.assert_array_equal(
+      store.item_vectors(users, candidates, item_embedding)[0],
+      [item_embedding[2], [203.0, -3.0]],
+  )
+
+
 def test_item_vectors_for_a_subset_of_users_in_any_order():
   store = _filled_store()
   item_embedding = _global_item_embedding()
