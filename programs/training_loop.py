@@ -314,7 +314,7 @@ class TrainingRun:
     """Bytes crossing the network per round (median over rounds).
 
     Download: the global parameters broadcast to each sampled client.
-    Upload: measured each round (`_upload_bytes`). Client state never leaves
+    Upload: measured each round (the method's `run_round`). Client state never leaves
     the device.
     """
     download = (

@@ -81,6 +81,13 @@ class ClientStateStore:
       )
     self._row_index = None
 
+  def put_local_parameters(self, users: np.ndarray, stacked) -> None:
+    """Sets the local parameters of `users` from arrays with a leading user
+    dimension (the inverse of `stacked_local_parameters`); personal rows
+    stay as they are."""
+    for leaf_store, leaf in zip(self._local_leaves, tf.nest.flatten(stacked)):
+      leaf_store[users] = leaf
+
   def stacked_local_parameters(self, users: np.ndarray):
     """Local parameters of `users` with a leading user dimension [U, ...]."""
     return tf.nest.pack_sequence_as(

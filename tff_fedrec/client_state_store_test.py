@@ -147,6 +147,30 @@ def test_item_vectors_prefers_personal_rows():
   np.testing.assert_array_equal(item_embedding, original)
 
 
+def test_put_local_parameters_is_the_inverse_of_stacked_local_parameters():
+  store = _filled_store()
+  users = np.array([3, 0])
+  stacked = store.stacked_local_parameters(users)
+  stacked['score_layers'][0]['bias'] = np.array([[7.0], [8.0]], np.float32)
+  before = store.get([0])[0]
+  store.put_local_parameters(users, stacked)
+  np.testing.assert_array_equal(
+      store.stacked_local_parameters(np.array([0, 3]))['score_layers'][0][
+          'bias'
+      ],
+      [[8.0], [7.0]],
+  )
+  # Personal rows and the kernels are untouched.
+  after = store.get([0])[0]
+  np.testing.assert_array_equal(
+      after['personal_item_rows'], before['personal_item_rows']
+  )
+  np.testing.assert_array_equal(
+      after['local_parameters']['score_layers'][0]['kernel'],
+      before['local_parameters']['score_layers'][0]['kernel'],
+  )
+
+
 def test_item_vectors_follow_later_puts_and_loads():
   # item_vectors keeps an index of the personal rows; every put and
   # load_arrays must be visible to the next call.

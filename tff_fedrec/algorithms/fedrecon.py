@@ -108,19 +108,9 @@ class ReconstructionMethod:
         learning_rate=self.training.learning_rate,
         batch_size=self.training.batch_size,
     )
-    everyone = np.arange(store.num_users)
-    store.put(
-        everyone,
-        [
-            collections.OrderedDict(
-                local_parameters=collections.OrderedDict(user_embedding=u),
-                personal_item_ids=np.zeros([0], np.int32),
-                personal_item_rows=np.zeros(
-                    [0, self.spec.embedding_dim], np.float32
-                ),
-            )
-            for u in user_embeddings
-        ],
+    store.put_local_parameters(
+        np.arange(store.num_users),
+        collections.OrderedDict(user_embedding=user_embeddings),
     )
     train_metrics = output.metrics['client_work']['train']
     upload_bytes = len(users) * method.parameter_bytes(
