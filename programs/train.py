@@ -64,6 +64,12 @@ _CLIENT_FRACTION = flags.DEFINE_float(
     'client_fraction', None, 'Fraction of users per round (alternative to '
     '--clients_per_round).',
 )
+_USERS_PER_TFF_CLIENT = flags.DEFINE_integer(
+    'users_per_tff_client', 32,
+    'Users one TFF client simulates at once (tff_fedrec.algorithms.'
+    'user_groups). Results do not depend on it; larger groups share TFF\'s '
+    'per-client cost. 1 = one TFF client per user. fedrecon always uses 1.',
+)
 _LOCAL_EPOCHS = flags.DEFINE_integer('local_epochs', 1, 'Local epochs E.')
 _BATCH_SIZE = flags.DEFINE_integer('batch_size', 256, 'Local batch size B.')
 _LEARNING_RATE = flags.DEFINE_float(
@@ -174,7 +180,8 @@ def _training_config(num_items: int) -> partially_local.ClientTrainingConfig:
     item_lr = _LEARNING_RATE.value * num_items * _ITEM_LR_ETA.value
   for name, value in [('rounds', _ROUNDS.value), ('local_epochs', _LOCAL_EPOCHS.value),
                       ('batch_size', _BATCH_SIZE.value),
-                      ('embedding_dim', _EMBEDDING_DIM.value)]:
+                      ('embedding_dim', _EMBEDDING_DIM.value),
+                      ('users_per_tff_client', _USERS_PER_TFF_CLIENT.value)]:
     if value < 1:
       raise FlagError(f'--{name} must be at least 1; got {value}.')
   return partially_local.ClientTrainingConfig(
@@ -225,6 +232,7 @@ def run() -> dict:
       seed=_SEED.value,
       eval_every=_EVAL_EVERY.value,
       checkpoint_every=_CHECKPOINT_EVERY.value,
+      users_per_client=_USERS_PER_TFF_CLIENT.value,
   )
   method = registry.get_builder(_METHOD.value)(
       num_items=data.num_items,

@@ -49,6 +49,7 @@ class LoopConfig:
     seed: Seeds client sampling, negatives and shuffling.
     eval_every: Evaluate every this many rounds (and after the last one).
     checkpoint_every: Save program state every this many rounds.
+    users_per_client: Users one TFF client simulates (`user_groups`).
   """
 
   rounds: int
@@ -57,6 +58,13 @@ class LoopConfig:
   seed: int = 0
   eval_every: int = 1
   checkpoint_every: int = 1
+  users_per_client: int = 1
+
+  def __post_init__(self):
+    if self.users_per_client < 1:
+      raise ValueError(
+          f'users_per_client must be at least 1; got {self.users_per_client}.'
+      )
 
 
 def _round_rng(seed: int, round_num: int) -> np.random.Generator:
@@ -212,7 +220,8 @@ class TrainingRun:
         self._data, self._config, round_num
     )
     result = self._method.run_round(
-        self.server_state, self.store, users, client_data, examples
+        self.server_state, self.store, users, client_data, examples,
+        users_per_client=self._config.users_per_client,
     )
     self.server_state = result.server_state
     record = {

@@ -63,6 +63,7 @@ def _read_metrics(root_dir):
         ['--method=fedncf'],
         ['--method=fedncf', '--dual_personalization', '--client_fraction=0.5'],
         ['--method=fedrecon'],
+        ['--method=fedrecon', '--dual_personalization'],
     ],
     ids=lambda flags: ' '.join(f.lstrip('-') for f in flags),
 )
@@ -129,6 +130,18 @@ def _assert_same_results(reference_dir, resumed_dir):
   for want, got in zip(expected_rows, actual_rows):
     for key in ('train_loss', 'val_hr_at_10', 'test_ndcg_at_10'):
       assert float(got[key]) == pytest.approx(float(want[key]), abs=1e-6)
+
+
+def test_one_tff_client_per_user_gives_the_results_of_groups(
+    uninterrupted_run, tmp_path
+):
+  # The uninterrupted run simulates its 60 users in groups of 32.
+  root_dir = str(tmp_path / 'one_per_client')
+  result = _run_program(
+      [*_RESUME_ARGS, '--users_per_tff_client=1', f'--root_dir={root_dir}']
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
+  _assert_same_results(uninterrupted_run, root_dir)
 
 
 def _start_and_wait_for_checkpoint(args, root_dir, tag, version=2):
@@ -224,6 +237,8 @@ def test_killed_run_resumes_to_the_same_result_as_an_uninterrupted_run(
           '--nodual_personalization'], 'fedmf'),
         (['--method=fedmf', '--dataset=synthetic', '--hidden_units=8'],
          'hidden_units'),
+        (['--method=fedmf', '--dataset=synthetic', '--users_per_tff_client=0'],
+         '--users_per_tff_client'),
     ],
 )
 def test_bad_flags_fail_with_a_message_naming_the_problem(

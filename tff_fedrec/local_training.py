@@ -1,4 +1,4 @@
-"""One client's local training, as plain TF math (no `tff.*`).
+"""Local training of clients, as plain TF math (no `tff.*`).
 
 Implements ClientUpdate of PFedRec's Algorithm 1 (Zhang et al., IJCAI 2023)
 and the joint update of the FedMF / FedNCF / FedRecon baselines:
@@ -16,7 +16,12 @@ the reference code uses lr * num_items * 80 for it (see the README).
 Item rows are updated sparsely: only the rows of the batch's items change
 (duplicates accumulate, as PyTorch's embedding gradient does).
 
-Shapes: `items` int32 [n], `labels` float32 [n], `item_embedding` [I, d].
+`train_users_locally` trains U clients at once, each on its own copy of every
+parameter (leading dimension [U]): user u's batch b holds its own examples
+b*B .. (b+1)*B - 1, padding is masked out of the loss, and a user whose data
+has run out takes no step (zero gradient). Each user's result is therefore
+that of training it alone (`train_locally`, the case U = 1), while the TF
+ops, and the TFF client that runs them, are shared by U users.
 """
 
 import collections
@@ -31,11 +36,12 @@ LocalTrainingResult = collections.namedtuple(
 )
 
 
-def _batch_loss(spec, params, rows, labels):
-  batch_logits = models.logits_from_vectors(spec, params, rows)
-  return tf.reduce_mean(
-      tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=batch_logits)
-  )
+def _user_batch_losses(spec, params, rows, labels, mask):
+  """Per-user mean BCE (Eq. 7) over the user's real examples [U]."""
+  logits = models.logits_from_vectors(spec, params, rows)
+  losses = tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
+  counts = tf.reduce_sum(mask, axis=1)
+  return tf.reduce_sum(losses * mask, axis=1) / tf.maximum(counts, 1.0)
 
 
 def _sgd_step(
@@ -43,34 +49,137 @@ def _sgd_step(
     params: dict[str, Any],
     batch_items: tf.Tensor,
     batch_labels: tf.Tensor,
+    mask: tf.Tensor,
     keys: tuple[str, ...],
     learning_rate: float,
     item_learning_rate: float,
 ):
-  """One SGD step on `params[k]` for k in `keys`; returns (params, loss)."""
-  rows = tf.gather(params['item_embedding'], batch_items)
+  """One SGD step of every user on `params[k]`, k in `keys`.
+
+  Returns (params, per-user losses [U]). The users' losses depend on their
+  own parameters only, so the gradient of their sum is each user's gradient.
+  """
+  rows = tf.gather(params['item_embedding'], batch_items, batch_dims=1)
   dense_keys = [k for k in keys if k != 'item_embedding']
   watched = [params[k] for k in dense_keys]
   with tf.GradientTape() as tape:
     tape.watch(watched)
     tape.watch(rows)
-    loss = _batch_loss(spec, params, rows, batch_labels)
-  dense_grads, row_grads = tape.gradient(loss, (watched, rows))
+    losses = _user_batch_losses(spec, params, rows, batch_labels, mask)
+    total = tf.reduce_sum(losses)
+  dense_grads, row_grads = tape.gradient(total, (watched, rows))
   updated = dict(params)
   for key, value, grad in zip(dense_keys, watched, dense_grads):
     updated[key] = tf.nest.map_structure(
         lambda v, g: v - learning_rate * g, value, grad
     )
   if 'item_embedding' in keys:
+    num_users = tf.shape(batch_items)[0]
+    user_index = tf.broadcast_to(
+        tf.range(num_users)[:, None], tf.shape(batch_items)
+    )
     updated['item_embedding'] = tf.tensor_scatter_nd_sub(
         params['item_embedding'],
-        tf.expand_dims(batch_items, 1),
+        tf.stack([user_index, batch_items], axis=-1),
         item_learning_rate * row_grads,
     )
-  return updated, loss
+  return updated, losses
+
+
+def _epoch_order(num_examples, max_examples, shuffle_seeds, epoch):
+  """Each user's visiting order [U, N]: its own n_u examples, then padding.
+
+  Epoch 0 keeps the given order; epoch e > 0 reshuffles user u's examples
+  with the stateless seed shuffle_seeds[u] + e.
+  """
+  num_users = tf.shape(num_examples)[0]
+  identity = tf.tile(tf.range(max_examples)[None], [num_users, 1])
+  if tf.equal(epoch, 0):
+    return identity
+
+  def shuffle_one(args):
+    count, seed = args
+    shuffled = tf.random.experimental.stateless_shuffle(
+        tf.range(count), seed=seed + tf.cast(epoch, tf.int64)
+    )
+    return tf.concat([shuffled, tf.range(count, max_examples)], axis=0)
+
+  return tf.map_fn(
+      shuffle_one,
+      (num_examples, shuffle_seeds),
+      fn_output_signature=tf.TensorSpec([None], tf.int32),
+  )
 
 
 @tf.function
+def train_users_locally(
+    spec: models.RecommenderSpec,
+    params: models.Parameters,
+    items: tf.Tensor,
+    labels: tf.Tensor,
+    num_examples: tf.Tensor,
+    *,
+    batch_size: int,
+    local_epochs: int,
+    learning_rate: float,
+    item_learning_rate: float,
+    alternating: bool,
+    shuffle_seeds: tf.Tensor,
+) -> LocalTrainingResult:
+  """Runs `local_epochs` epochs of minibatch SGD for U users at once.
+
+  Args:
+    spec: The model.
+    params: Every user's parameters, each leaf with a leading [U] dimension;
+      `item_embedding` [U, T, d] is each user's (compact) table.
+    items: int32 [U, N], rows of the user's table; entries at positions
+      >= num_examples[u] are padding (any valid row).
+    labels: float32 [U, N].
+    num_examples: int32 [U], n_u.
+    batch_size, local_epochs, learning_rate, item_learning_rate, alternating:
+      see the module docstring.
+    shuffle_seeds: int64 [U, 2]; epoch e > 0 reshuffles with seed + e.
+
+  Returns:
+    `LocalTrainingResult(parameters, loss_sum [U], num_examples [U])`;
+    loss_sum[u] sums (batch loss x batch size) of the last step taken on each
+    of the user's batches over all epochs, num_examples[u] = n_u x epochs, so
+    their ratio is the reference code's reported training loss.
+  """
+  params = dict(params)
+  local_keys = spec.local_keys
+  max_examples = tf.shape(items)[1]
+  num_batches = (tf.reduce_max(num_examples) + batch_size - 1) // batch_size
+  loss_sum = tf.zeros(tf.shape(num_examples), tf.float32)
+  for epoch in tf.range(local_epochs):
+    order = _epoch_order(num_examples, max_examples, shuffle_seeds, epoch)
+    for batch in tf.range(num_batches):
+      index = order[:, batch * batch_size : (batch + 1) * batch_size]
+      mask = tf.cast(index < num_examples[:, None], tf.float32)
+      batch_items = tf.gather(items, index, batch_dims=1)
+      batch_labels = tf.gather(labels, index, batch_dims=1)
+      if alternating and local_keys:
+        params, _ = _sgd_step(
+            spec, params, batch_items, batch_labels, mask, local_keys,
+            learning_rate, item_learning_rate,
+        )
+        params, losses = _sgd_step(
+            spec, params, batch_items, batch_labels, mask, spec.global_keys,
+            learning_rate, item_learning_rate,
+        )
+      else:
+        params, losses = _sgd_step(
+            spec, params, batch_items, batch_labels, mask, spec.keys,
+            learning_rate, item_learning_rate,
+        )
+      loss_sum += losses * tf.reduce_sum(mask, axis=1)
+  return LocalTrainingResult(
+      parameters=collections.OrderedDict((k, params[k]) for k in spec.keys),
+      loss_sum=loss_sum,
+      num_examples=num_examples * local_epochs,
+  )
+
+
 def train_locally(
     spec: models.RecommenderSpec,
     params: models.Parameters,
@@ -84,56 +193,26 @@ def train_locally(
     alternating: bool,
     shuffle_seed: tf.Tensor,
 ) -> LocalTrainingResult:
-  """Runs `local_epochs` epochs of minibatch SGD over one client's examples.
+  """One client's local training: `train_users_locally` with U = 1.
 
-  The first epoch visits the examples in the given order (the program shuffles
-  them when it draws the round's negatives); later epochs reshuffle with the
-  stateless seed `shuffle_seed` (int64 [2]) so the run is reproducible.
-
-  Returns:
-    `LocalTrainingResult(parameters, loss_sum, num_examples)`; `loss_sum` is
-    the sum over all batches of all epochs of (batch loss x batch size) of the
-    last step taken on each batch, and `num_examples` counts the examples
-    visited (n x local_epochs), so their ratio is the reference code's
-    reported training loss.
+  `params` are one user's (no leading dimension), `items` int32 [n] index its
+  `item_embedding`, `labels` float32 [n], `shuffle_seed` int64 [2]. The first
+  epoch visits the examples in the given order (the program shuffles them
+  when it draws the round's negatives). Returns scalars `loss_sum` and
+  `num_examples` (n x local_epochs).
   """
-  params = dict(params)
-  local_keys = spec.local_keys
-  all_keys = spec.keys
-  num_examples = tf.shape(items)[0]
-  num_batches = (num_examples + batch_size - 1) // batch_size
-  loss_sum = tf.constant(0.0)
-  for epoch in tf.range(local_epochs):
-    # tf.equal, not ==: TFF traces this into a TF1 graph, where Tensor.__eq__
-    # is Python identity and the branch would be decided at trace time.
-    if tf.equal(epoch, 0):
-      order = tf.range(num_examples)
-    else:
-      order = tf.random.experimental.stateless_shuffle(
-          tf.range(num_examples),
-          seed=shuffle_seed + tf.cast(epoch, tf.int64),
-      )
-    for batch in tf.range(num_batches):
-      index = order[batch * batch_size : (batch + 1) * batch_size]
-      batch_items = tf.gather(items, index)
-      batch_labels = tf.gather(labels, index)
-      if alternating and local_keys:
-        params, _ = _sgd_step(
-            spec, params, batch_items, batch_labels, local_keys,
-            learning_rate, item_learning_rate,
-        )
-        params, loss = _sgd_step(
-            spec, params, batch_items, batch_labels, spec.global_keys,
-            learning_rate, item_learning_rate,
-        )
-      else:
-        params, loss = _sgd_step(
-            spec, params, batch_items, batch_labels, all_keys,
-            learning_rate, item_learning_rate,
-        )
-      loss_sum += loss * tf.cast(tf.shape(batch_items)[0], tf.float32)
-  return LocalTrainingResult(
-      parameters=collections.OrderedDict((k, params[k]) for k in spec.keys),
-      loss_sum=loss_sum,
-      num_examples=num_examples * local_epochs,
+  add_user_dim = lambda t: tf.expand_dims(t, 0)
+  result = train_users_locally(
+      spec,
+      tf.nest.map_structure(add_user_dim, params),
+      add_user_dim(items),
+      add_user_dim(labels),
+      tf.shape(items)[:1],
+      batch_size=batch_size,
+      local_epochs=local_epochs,
+      learning_rate=learning_rate,
+      item_learning_rate=item_learning_rate,
+      alternating=alternating,
+      shuffle_seeds=add_user_dim(shuffle_seed),
   )
+  return tf.nest.map_structure(lambda t: t[0], result)

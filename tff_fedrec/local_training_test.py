@@ -386,3 +386,57 @@ def test_train_locally_in_a_tf1_graph_matches_reference():
       got = session.run(result.parameters, {items: _ITEMS, labels: _LABELS})
 
   _assert_params_close(got, expected)
+
+
+@pytest.mark.parametrize('alternating', [True, False])
+@pytest.mark.parametrize(
+    'spec_name', ['score_function', 'matrix_factorization',
+                  'neural_cf_global_mlp']
+)
+def test_users_trained_together_match_each_trained_alone(
+    spec_name, alternating
+):
+  spec = _SPECS[spec_name]
+  # Three users with 11, 3 and 0 examples (one, one and no batch of 4 are
+  # ragged), each with its own parameters and seed; two epochs reshuffle.
+  users = [
+      (_ITEMS, _LABELS, (1, 2)),
+      (_ITEMS[:3], _LABELS[:3], (5, 6)),
+      (_ITEMS[:0], _LABELS[:0], (7, 8)),
+  ]
+  params = [_initial_params(spec, seed=s) for s in range(3)]
+  options = dict(
+      batch_size=_BATCH_SIZE, local_epochs=2, learning_rate=_LEARNING_RATE,
+      item_learning_rate=_ITEM_LEARNING_RATE, alternating=alternating,
+  )
+  alone = [
+      _train(spec, p, items, labels, seed=seed, **options)
+      for p, (items, labels, seed) in zip(params, users)
+  ]
+  max_n = len(_ITEMS)
+  padded = lambda a: np.pad(a, [0, max_n - len(a)])
+  together = local_training.train_users_locally(
+      spec,
+      tf.nest.map_structure(lambda *leaves: np.stack(leaves), *params),
+      tf.constant(np.stack([padded(u[0]) for u in users])),
+      tf.constant(np.stack([padded(u[1]) for u in users])),
+      tf.constant([len(u[0]) for u in users], tf.int32),
+      shuffle_seeds=tf.constant([u[2] for u in users], tf.int64),
+      **options,
+  )
+
+  for index, single in enumerate(alone):
+    _assert_params_close(
+        tf.nest.map_structure(lambda t: t[index], together.parameters),
+        tf.nest.map_structure(np.asarray, single.parameters),
+    )
+    np.testing.assert_allclose(
+        together.loss_sum[index], single.loss_sum, rtol=1e-5
+    )
+    assert int(together.num_examples[index]) == int(single.num_examples)
+  # The user without data kept its parameters exactly.
+  tf.nest.map_structure(
+      np.testing.assert_array_equal,
+      tf.nest.map_structure(lambda t: np.asarray(t[2]), together.parameters),
+      params[2],
+  )

@@ -68,3 +68,66 @@ def reconstruct_user_embeddings(
           learning_rate * gradient[active] / batch_sizes[active, None]
       )
   return users.astype(np.float32)
+
+
+def fine_tune_item_rows(
+    item_embedding: np.ndarray,
+    offsets: np.ndarray,
+    items: np.ndarray,
+    labels: np.ndarray,
+    user_embeddings: np.ndarray,
+    *,
+    learning_rate: float,
+    batch_size: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """Each user's fine-tuned copy of its items' rows, user embeddings frozen.
+
+  The post-reconstruction step of FedRecon's client (one epoch of minibatch
+  SGD on q with p_u fixed), kept by the user as its personal item rows: the
+  dual personalization of PFedRec (Sec. 4.2) added to FedRecon (Table 3).
+  For a batch B_u of user u and an item j in it:
+  q_uj <- q_uj - lr * (1/|B_u|) sum_{(j', y) in B_u, j' = j}
+  (sigmoid(<p_u, q_uj>) - y) p_u, where q_uj starts at the global q_j.
+
+  Args:
+    item_embedding: float [I, d], the global item embedding.
+    offsets, items, labels: as in `reconstruct_user_embeddings`.
+    user_embeddings: float [U, d], e.g. the reconstructed ones.
+    learning_rate, batch_size: the client optimizer's SGD.
+
+  Returns:
+    (row_offsets int64 [U + 1], item_ids int32 [R], rows float32 [R, d]):
+    user u's fine-tuned rows are rows[row_offsets[u]:row_offsets[u + 1]],
+    for the distinct items item_ids[...] of its examples, sorted.
+  """
+  num_users = offsets.size - 1
+  num_items = item_embedding.shape[0]
+  counts = np.diff(offsets)
+  user_of = np.repeat(np.arange(num_users), counts)
+  batch_of = (np.arange(items.size) - offsets[user_of]) // batch_size
+  keys, key_of = np.unique(
+      user_of.astype(np.int64) * num_items + items, return_inverse=True
+  )
+  key_of = key_of.reshape(-1)
+  rows = np.asarray(item_embedding, np.float64)[keys % num_items]
+  users = np.asarray(user_embeddings, np.float64)
+  num_batches = int(batch_of.max()) + 1 if items.size else 0
+  order = np.argsort(batch_of, kind='stable')
+  bounds = np.searchsorted(batch_of[order], np.arange(num_batches + 1))
+  for batch in range(num_batches):
+    examples = order[bounds[batch] : bounds[batch + 1]]
+    owners = user_of[examples]
+    example_keys = key_of[examples]
+    logits = np.einsum('nd,nd->n', rows[example_keys], users[owners])
+    batch_sizes = np.bincount(owners, minlength=num_users)
+    scale = (_sigmoid(logits) - labels[examples]) / batch_sizes[owners]
+    gradient = np.zeros([keys.size, users.shape[1]])
+    np.add.at(gradient, example_keys, scale[:, None] * users[owners])
+    rows -= learning_rate * gradient
+  key_users = keys // num_items
+  row_offsets = np.searchsorted(key_users, np.arange(num_users + 1))
+  return (
+      row_offsets.astype(np.int64),
+      (keys % num_items).astype(np.int32),
+      rows.astype(np.float32),
+  )

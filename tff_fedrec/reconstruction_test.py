@@ -50,3 +50,48 @@ def test_one_step_by_hand():
       np.zeros(2, np.float32), learning_rate=2.0, batch_size=2,
   )
   np.testing.assert_allclose(got, [[0.5, -1.0]], atol=1e-7)
+
+
+def _fine_tune_reference(table, offsets, items, labels, users, lr, bs):
+  """Plain loops: each user's SGD on its own copy of the table, p_u fixed."""
+  out = []
+  for u in range(offsets.size - 1):
+    q = table.astype(np.float64).copy()
+    user_items = items[offsets[u]:offsets[u + 1]]
+    user_labels = labels[offsets[u]:offsets[u + 1]]
+    p = users[u].astype(np.float64)
+    for start in range(0, user_items.size, bs):
+      batch = user_items[start:start + bs]
+      residual = 1 / (1 + np.exp(-(q[batch] @ p))) - user_labels[start:start + bs]
+      gradient = np.zeros_like(q)
+      np.add.at(gradient, batch, residual[:, None] * p / batch.size)
+      q -= lr * gradient
+    ids = np.unique(user_items)
+    out.append((ids, q[ids]))
+  return out
+
+
+def test_fine_tuned_rows_match_a_per_user_loop():
+  rng = np.random.default_rng(1)
+  num_items, dim = 10, 3
+  table = rng.normal(size=(num_items, dim)).astype(np.float32)
+  counts = np.array([9, 0, 4, 6])
+  offsets = np.concatenate([[0], np.cumsum(counts)])
+  # Few items, so users repeat items within and across batches.
+  items = rng.integers(0, num_items, counts.sum())
+  labels = (rng.random(counts.sum()) < 0.4).astype(np.float32)
+  users = rng.normal(size=(4, dim)).astype(np.float32)
+
+  row_offsets, ids, rows = reconstruction.fine_tune_item_rows(
+      table, offsets, items, labels, users, learning_rate=0.7, batch_size=4
+  )
+
+  expected = _fine_tune_reference(table, offsets, items, labels, users, 0.7, 4)
+  for u, (expected_ids, expected_rows) in enumerate(expected):
+    span = slice(row_offsets[u], row_offsets[u + 1])
+    np.testing.assert_array_equal(ids[span], expected_ids)
+    np.testing.assert_allclose(rows[span], expected_rows, rtol=1e-5,
+                               atol=1e-6)
+  assert row_offsets[1] == row_offsets[2]  # user 1 has no rows
+  # Rows moved away from the global ones.
+  assert not np.allclose(rows, table[ids])

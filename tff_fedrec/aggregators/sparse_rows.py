@@ -1,15 +1,17 @@
-"""Mean of row-sparse client updates into a dense table.
+"""Weighted mean of row-sparse client updates into a dense table.
 
 A client that touched T rows of an [N, d] table uploads `OrderedDict(
-row_ids=int32[T], row_values=float32[T, d])`: the rows' ids and their deltas.
-The server result is the dense [N, d] mean over the n participating clients,
+row_ids=int32[T], row_values=float32[T, d])`: the rows' ids and their values,
+with a weight w_i. The server result is the dense [N, d] weighted mean
 
-  mean[r] = (1/n) * sum_i sum_{t: row_ids_i[t] = r} row_values_i[t],
+  mean[r] = sum_i w_i sum_{t: row_ids_i[t] = r} row_values_i[t] / sum_i w_i,
 
-which equals averaging the clients' dense deltas (zero outside the rows they
-touched), i.e. PFedRec Algorithm 1 line 6, theta^m <- 1/n sum_i theta_i^m,
-without any client sending or the server summing untouched rows. Duplicate
-ids within one upload add up.
+which equals the weighted mean of the clients' dense updates (zero outside the
+rows they touched) without any client sending or the server summing untouched
+rows. Duplicate ids within one upload add up. With w_i = 1 this is PFedRec's
+Algorithm 1 line 6, theta^m <- 1/n sum_i theta_i^m; a TFF client that
+simulates U users uploads their mean with w_i = U, which gives the same mean
+over users.
 """
 
 import collections
@@ -29,18 +31,20 @@ def row_sparse_type(row_dim: int) -> tff.Type:
   )
 
 
-class RowSparseMeanFactory(tff.aggregators.UnweightedAggregationFactory):
-  """Unweighted mean of row-sparse updates of an [num_rows, d] table.
+class RowSparseMeanFactory(tff.aggregators.WeightedAggregationFactory):
+  """Weighted mean of row-sparse updates of an [num_rows, d] table.
 
-  `create(value_type)` takes `row_sparse_type(d)`; the process's result is
-  float32[num_rows, d] and its measurements count the uploaded rows.
+  `create(value_type, weight_type)` takes `row_sparse_type(d)` and float32;
+  the process's result is float32[num_rows, d] and its measurements count the
+  uploaded rows.
 
   Example:
-    >>> process = RowSparseMeanFactory(num_rows=3).create(row_sparse_type(1))
+    >>> process = RowSparseMeanFactory(num_rows=3).create(
+    ...     row_sparse_type(1), tff.TensorType(np.float32))
     >>> state = process.initialize()
     >>> process.next(state, [
     ...     {'row_ids': [0], 'row_values': [[2.0]]},
-    ...     {'row_ids': [0, 2], 'row_values': [[4.0], [6.0]]}]).result
+    ...     {'row_ids': [0, 2], 'row_values': [[4.0], [6.0]]}], [1.0, 1.0]).result
     array([[3.], [0.], [3.]], dtype=float32)
   """
 
@@ -49,7 +53,9 @@ class RowSparseMeanFactory(tff.aggregators.UnweightedAggregationFactory):
       raise ValueError(f'num_rows must be positive; got {num_rows}.')
     self._num_rows = num_rows
 
-  def create(self, value_type) -> tff.templates.AggregationProcess:
+  def create(
+      self, value_type, weight_type=tff.TensorType(np.float32)
+  ) -> tff.templates.AggregationProcess:
     value_type = tff.to_type(value_type)
     row_dim = value_type.row_values.shape[1]
     if value_type != row_sparse_type(row_dim):
@@ -57,8 +63,17 @@ class RowSparseMeanFactory(tff.aggregators.UnweightedAggregationFactory):
           f'Expected a value of type {row_sparse_type(row_dim)}; got '
           f'{value_type}.'
       )
+    weight_type = tff.to_type(weight_type)
+    if weight_type != tff.TensorType(np.float32):
+      raise TypeError(f'Expected a float32 weight; got {weight_type}.')
     table_type = tff.TensorType(np.float32, [self._num_rows, row_dim])
     num_rows = self._num_rows
+
+    @tff.tensorflow.computation(value_type, weight_type)
+    def weigh(update, weight):
+      return collections.OrderedDict(
+          row_ids=update['row_ids'], row_values=update['row_values'] * weight
+      )
 
     @tff.tensorflow.computation
     def zero():
@@ -83,8 +98,8 @@ class RowSparseMeanFactory(tff.aggregators.UnweightedAggregationFactory):
       return tf.cast(tf.shape(update['row_ids'])[0], tf.float32)
 
     @tff.tensorflow.computation(table_type, np.float32)
-    def divide(table, num_clients):
-      return tf.math.divide_no_nan(table, num_clients)
+    def divide(table, total_weight):
+      return tf.math.divide_no_nan(table, total_weight)
 
     @tff.federated_computation
     def initialize():
@@ -93,16 +108,18 @@ class RowSparseMeanFactory(tff.aggregators.UnweightedAggregationFactory):
     @tff.federated_computation(
         initialize.type_signature.result,
         tff.FederatedType(value_type, tff.CLIENTS),
+        tff.FederatedType(weight_type, tff.CLIENTS),
     )
-    def next_fn(state, value):
-      total = tff.federated_aggregate(value, zero(), accumulate, merge, report)
-      num_clients = tff.federated_sum(
-          tff.federated_value(np.float32(1.0), tff.CLIENTS)
+    def next_fn(state, value, weight):
+      weighted = tff.federated_map(weigh, (value, weight))
+      total = tff.federated_aggregate(
+          weighted, zero(), accumulate, merge, report
       )
+      total_weight = tff.federated_sum(weight)
       uploaded_rows = tff.federated_sum(tff.federated_map(count_rows, value))
       return tff.templates.MeasuredProcessOutput(
           state=state,
-          result=tff.federated_map(divide, (total, num_clients)),
+          result=tff.federated_map(divide, (total, total_weight)),
           measurements=tff.federated_zip(
               collections.OrderedDict(uploaded_rows=uploaded_rows)
           ),

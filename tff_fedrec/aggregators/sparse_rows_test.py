@@ -12,6 +12,9 @@ def tff_worker():
     yield pid
 
 
+_WEIGHT = tff.TensorType(np.float32)
+
+
 def _upload(ids, values, dim=2):
   return {
       'row_ids': np.asarray(ids, np.int32),
@@ -21,7 +24,7 @@ def _upload(ids, values, dim=2):
 
 def test_mean_over_clients_of_their_rows_with_duplicates_and_empty_uploads():
   process = sparse_rows.RowSparseMeanFactory(num_rows=4).create(
-      sparse_rows.row_sparse_type(2)
+      sparse_rows.row_sparse_type(2), _WEIGHT
   )
   output = process.next(
       process.initialize(),
@@ -30,6 +33,7 @@ def test_mean_over_clients_of_their_rows_with_duplicates_and_empty_uploads():
           _upload([3], [[6, 3]]),
           _upload([], []),  # a client that touched no row still counts
       ],
+      [1.0, 1.0, 1.0],
   )
   # Dense deltas averaged over the 3 clients: row 0 = [4, 6] / 3,
   # row 3 = [6, 3] / 3, rows 1 and 2 untouched.
@@ -41,7 +45,7 @@ def test_mean_over_clients_of_their_rows_with_duplicates_and_empty_uploads():
   assert output.measurements['uploaded_rows'] == 3
 
 
-def test_equals_the_mean_of_dense_deltas_on_random_uploads():
+def test_equals_the_weighted_mean_of_dense_deltas_on_random_uploads():
   rng = np.random.default_rng(0)
   num_rows, dim = 7, 3
   uploads, dense = [], []
@@ -52,11 +56,14 @@ def test_equals_the_mean_of_dense_deltas_on_random_uploads():
     table = np.zeros([num_rows, dim])
     table[ids] = values
     dense.append(table)
+  weights = rng.integers(1, 5, size=len(uploads)).astype(np.float32)
   process = sparse_rows.RowSparseMeanFactory(num_rows).create(
-      sparse_rows.row_sparse_type(dim)
+      sparse_rows.row_sparse_type(dim), _WEIGHT
   )
-  result = process.next(process.initialize(), uploads).result
-  np.testing.assert_allclose(result, np.mean(dense, axis=0), atol=1e-6)
+  result = process.next(process.initialize(), uploads, list(weights)).result
+  np.testing.assert_allclose(
+      result, np.average(dense, axis=0, weights=weights), atol=1e-6
+  )
 
 
 def test_rejects_a_value_that_is_not_row_sparse():
@@ -66,7 +73,10 @@ def test_rejects_a_value_that_is_not_row_sparse():
         tff.to_type({
             'ids': tff.TensorType(np.int32, [None]),
             'row_values': tff.TensorType(np.float32, [None, 2]),
-        })
+        }),
+        _WEIGHT,
     )
+  with pytest.raises(TypeError, match='float32 weight'):
+    factory.create(sparse_rows.row_sparse_type(2), tff.TensorType(np.int32))
   with pytest.raises(ValueError, match='num_rows'):
     sparse_rows.RowSparseMeanFactory(num_rows=0)

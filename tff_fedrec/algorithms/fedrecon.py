@@ -11,7 +11,11 @@ build_fed_recon`'s `LearningProcess`, fed one `tf.data.Dataset` per client
 unweighted average of PFedRec's Algorithm 1, line 6).
 
 Evaluation reconstructs every user's p_u the same way on its training
-examples (`tff_fedrec.reconstruction`) and scores with the result.
+examples (`tff_fedrec.reconstruction`) and scores with the result. With
+dual personalization (PFedRec Table 3) each user also keeps the item rows its
+post-reconstruction step fine-tuned (`reconstruction.fine_tune_item_rows`)
+and scores with them; the federated training itself is unchanged, as FedRecon
+already alternates between the local and the global parameters.
 
 Example:
   >>> method = build_fedrecon(num_items=1682, embedding_dim=32, seed=0)
@@ -89,9 +93,46 @@ class ReconstructionMethod:
         item_embedding=np.asarray(weights.trainable[0])
     )
 
-  def run_round(self, server_state, store, users, client_data, examples):
+  def _put_fine_tuned_states(
+      self, store, examples, item_embedding, user_embeddings
+  ):
+    """Stores every user's p_u and its fine-tuned item rows."""
+    row_offsets, ids, rows = reconstruction.fine_tune_item_rows(
+        item_embedding,
+        examples.offsets,
+        examples.items,
+        examples.labels,
+        user_embeddings,
+        learning_rate=self.training.item_learning_rate,
+        batch_size=self.training.batch_size,
+    )
+    store.put(
+        np.arange(store.num_users),
+        [
+            collections.OrderedDict(
+                local_parameters=collections.OrderedDict(
+                    user_embedding=user_embeddings[user]
+                ),
+                personal_item_ids=ids[row_offsets[user] : row_offsets[user + 1]],
+                personal_item_rows=rows[
+                    row_offsets[user] : row_offsets[user + 1]
+                ],
+            )
+            for user in range(store.num_users)
+        ],
+    )
+
+  def run_round(
+      self, server_state, store, users, client_data, examples, *,
+      users_per_client: int = 1,
+  ):
     """One round of `process.next`; afterwards the store holds every user's
-    reconstructed embedding for evaluation."""
+    reconstructed embedding for evaluation.
+
+    TFF's FedRecon takes one dataset per client, so `users_per_client` is
+    ignored: every user is its own TFF client.
+    """
+    del users_per_client
     datasets = [
         tf.data.Dataset.from_tensor_slices(
             collections.OrderedDict(x=data['items'], y=data['labels'])
@@ -99,8 +140,9 @@ class ReconstructionMethod:
         for data in client_data
     ]
     output = self.process.next(server_state, datasets)
+    item_embedding = self.global_parameters(output.state)['item_embedding']
     user_embeddings = reconstruction.reconstruct_user_embeddings(
-        self.global_parameters(output.state)['item_embedding'],
+        item_embedding,
         examples.offsets,
         examples.items,
         examples.labels,
@@ -108,10 +150,15 @@ class ReconstructionMethod:
         learning_rate=self.training.learning_rate,
         batch_size=self.training.batch_size,
     )
-    store.put_local_parameters(
-        np.arange(store.num_users),
-        collections.OrderedDict(user_embedding=user_embeddings),
-    )
+    if self.training.dual_personalization:
+      self._put_fine_tuned_states(
+          store, examples, item_embedding, user_embeddings
+      )
+    else:
+      store.put_local_parameters(
+          np.arange(store.num_users),
+          collections.OrderedDict(user_embedding=user_embeddings),
+      )
     train_metrics = output.metrics['client_work']['train']
     upload_bytes = len(users) * method.parameter_bytes(
         self.initial_parameters, ['item_embedding']
@@ -146,11 +193,8 @@ def build_fedrecon(
   """
   if hidden_units:
     raise ValueError('FedRecon is tested with MF here; drop --hidden_units.')
-  if training.dual_personalization or training.ldp_noise_scale > 0:
-    raise ValueError(
-        'fedrecon supports neither --dual_personalization nor '
-        '--ldp_noise_scale yet.'
-    )
+  if training.ldp_noise_scale > 0:
+    raise ValueError('fedrecon does not support --ldp_noise_scale yet.')
   if model_aggregator is not None:
     raise ValueError('FedRecon aggregates only the item embedding.')
   if training.local_epochs != 1:

@@ -1,9 +1,11 @@
 import collections
+import types
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from tff_fedrec import client_state_store
 from tff_fedrec import reconstruction
 from tff_fedrec.algorithms import fedrecon
 from tff_fedrec.algorithms import partially_local
@@ -78,10 +80,67 @@ def test_one_round_equals_the_reference_and_the_mean_is_uniform():
 @pytest.mark.parametrize('kwargs, message', [
     ({'hidden_units': (4,)}, 'hidden_units'),
     ({'training': partially_local.ClientTrainingConfig(
-        dual_personalization=True)}, 'dual_personalization'),
-    ({'training': partially_local.ClientTrainingConfig(
         dual_personalization=False, ldp_noise_scale=0.1)}, 'ldp_noise_scale'),
 ])
 def test_unsupported_options_are_refused(kwargs, message):
   with pytest.raises(ValueError, match=message):
     fedrecon.build_fedrecon(num_items=5, **kwargs)
+
+
+@pytest.mark.parametrize('dual_personalization', [False, True])
+def test_run_round_stores_what_each_user_scores_with(dual_personalization):
+  training = partially_local.ClientTrainingConfig(
+      learning_rate=_TRAINING.learning_rate,
+      item_learning_rate=_TRAINING.item_learning_rate,
+      batch_size=_BATCH,
+      dual_personalization=dual_personalization,
+  )
+  method = fedrecon.build_fedrecon(
+      num_items=_NUM_ITEMS, embedding_dim=_DIM, training=training, seed=1
+  )
+  rng = np.random.default_rng(3)
+  counts = np.array([6, 5])
+  items = rng.integers(0, _NUM_ITEMS, counts.sum()).astype(np.int32)
+  labels = (rng.random(counts.sum()) < 0.5).astype(np.float32)
+  offsets = np.concatenate([[0], np.cumsum(counts)])
+  # The round's examples as the program passes them (TrainingExamples).
+  examples = types.SimpleNamespace(offsets=offsets, items=items, labels=labels)
+  client_data = [
+      collections.OrderedDict(items=items[a:b], labels=labels[a:b],
+                              seed=np.zeros(2, np.int64))
+      for a, b in zip(offsets[:-1], offsets[1:])
+  ]
+  store = client_state_store.ClientStateStore(2, method.initial_client_state)
+
+  result = method.run_round(
+      method.process.initialize(), store, np.arange(2), client_data, examples
+  )
+
+  table = method.global_parameters(result.server_state)['item_embedding']
+  for user, state in enumerate(store.get([0, 1])):
+    user_items, user_labels = items[offsets[user]:offsets[user + 1]], labels[
+        offsets[user]:offsets[user + 1]]
+    # p_u reconstructed on the new global table.
+    expected_p = reconstruction.reconstruct_user_embeddings(
+        table, np.array([0, user_items.size]), user_items, user_labels,
+        method.initial_parameters['user_embedding'],
+        learning_rate=training.learning_rate, batch_size=_BATCH,
+    )[0]
+    np.testing.assert_allclose(
+        state['local_parameters']['user_embedding'], expected_p, rtol=1e-5
+    )
+    if not dual_personalization:
+      assert state['personal_item_ids'].size == 0
+      continue
+    # The rows of the user's items after its post-reconstruction step.
+    fine_tuned = table + _reference_client_delta(
+        table, method.initial_parameters['user_embedding'], user_items,
+        user_labels,
+    )
+    np.testing.assert_array_equal(
+        state['personal_item_ids'], np.unique(user_items)
+    )
+    np.testing.assert_allclose(
+        state['personal_item_rows'], fine_tuned[np.unique(user_items)],
+        rtol=1e-4, atol=1e-5,
+    )

@@ -8,6 +8,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_fedrec import models
+from tff_fedrec.algorithms import user_groups
 
 RoundResult = collections.namedtuple(
     'RoundResult', ['server_state', 'train_loss', 'upload_bytes']
@@ -60,11 +61,19 @@ class FederatedMethod:
         self.initial_parameters, ['item_embedding']
     )
 
-  def run_round(self, server_state, store, users, client_data, examples):
-    """One round of `process.next` for `users`; their new states go to `store`."""
+  def run_round(
+      self, server_state, store, users, client_data, examples, *,
+      users_per_client: int = 1,
+  ):
+    """One round of `process.next` for `users`, `users_per_client` of them
+    per TFF client (`user_groups`); their new states go to `store`."""
     del examples  # The client data already holds the users' examples.
-    server_state, new_states, metrics = self.process.next(
-        server_state, store.local_parameters(users), client_data
+    server_state, new_states, metrics = user_groups.run_grouped_round(
+        self.process,
+        server_state,
+        store.stacked_local_parameters(np.asarray(users)),
+        client_data,
+        users_per_client,
     )
     store.put(users, new_states)
     return RoundResult(

@@ -9,34 +9,39 @@ aggregates only the global parameters. Its type signature:
 
 with
   S = <global_parameters, aggregator, round_num>
-  L = the client-local parameters
-  C = <local_parameters: L, personal_item_ids int32[?], personal_item_rows f32[?,d]>
-  D = <items int32[?], labels f32[?], seed int64[2]>
+  L = the client-local parameters of the client's users, leading dim [U]
+  C = <local_parameters: L, personal_item_ids int32[U, T],
+       personal_item_rows float32[U, T, d]>
+  D = the users' data, `client_data_type()` (see `user_groups`)
   M = <train_loss, num_examples, aggregator measurements>
 
-The client state C is what the program stores per user. Only its L part goes
-into `next`: a round starts from the global item embedding (Algorithm 1,
-ClientUpdate line 1), so last round's fine-tuned rows are read only for
-inference, and sending them in would cost a third of the round for nothing
-(measured on ML-100K). `tff.learning.templates.LearningProcess` cannot return
-client-placed values, hence a `tff.templates.IterativeProcess`.
+One TFF client simulates a group of U users (`user_groups`; U = 1 is one
+device per client): each user trains on its own copy of the parameters and
+the group uploads the mean of its users' uploads with weight U, so the round's
+result does not depend on the grouping. The client state C is what the
+program stores per user. Only its L part goes into `next`: a round starts
+from the global item embedding (Algorithm 1, ClientUpdate line 1), so last
+round's fine-tuned rows are read only for inference, and sending them in
+would cost a third of the round for nothing (measured on ML-100K).
+`tff.learning.templates.LearningProcess` cannot return client-placed values,
+hence a `tff.templates.IterativeProcess`.
 
-Client side: `local_training.train_locally` (ClientUpdate) on a compact table
-holding only the T rows of the items in the client's data (Sec. 4.3,
+Client side: `local_training.train_users_locally` (ClientUpdate) on a compact
+table holding only the T rows of the items in the user's data (Sec. 4.3,
 "Efficient on-device update"), so no client operation touches the whole
-[I, d] table. The client uploads the deltas of those T rows (row-sparse) and
+[I, d] table. A user uploads the deltas of those T rows (row-sparse) and
 dense deltas of any other global parameters. With local differential privacy
 (Sec. 6.6) it uploads the whole table plus Laplace noise instead: without
 noise, a full-table upload reveals which rows changed anyway (the unchanged
 ones), so sparse uploads leak nothing more; with noise, they would.
 
 Server side (Algorithm 1, ServerExecute line 6): the global parameters move
-by the mean of the clients' deltas, theta^m <- 1/n sum_i theta_i^m, through
-`tff.aggregators` factories: `aggregators.sparse_rows.RowSparseMeanFactory`
-for item rows (`tff.aggregators.UnweightedMeanFactory` for the dense LDP
-upload) and `UnweightedMeanFactory` for dense parameters, unless replaced.
-With dual personalization the client keeps the item rows it fine-tuned and
-scores with them.
+by the mean of the users' deltas, theta^m <- 1/n sum_i theta_i^m, through
+weighted `tff.aggregators` factories (weight = users per TFF client):
+`aggregators.sparse_rows.RowSparseMeanFactory` for item rows
+(`tff.aggregators.MeanFactory` for the dense LDP upload) and `MeanFactory`
+for dense parameters, unless replaced. With dual personalization the client
+keeps the item rows it fine-tuned and scores with them.
 """
 
 import collections
@@ -77,10 +82,14 @@ class ClientTrainingConfig:
 
 
 def client_data_type() -> collections.OrderedDict:
+  """D: the data of one TFF client's group of U users (`user_groups`)."""
   return collections.OrderedDict(
-      items=tff.TensorType(np.int32, [None]),
-      labels=tff.TensorType(np.float32, [None]),
-      seed=tff.TensorType(np.int64, [2]),
+      row_ids=tff.TensorType(np.int32, [None, None]),
+      num_rows=tff.TensorType(np.int32, [None]),
+      items=tff.TensorType(np.int32, [None, None]),
+      labels=tff.TensorType(np.float32, [None, None]),
+      num_examples=tff.TensorType(np.int32, [None]),
+      seeds=tff.TensorType(np.int64, [None, 2]),
   )
 
 
@@ -112,9 +121,17 @@ def initial_client_state(
 def local_parameters_type(
     spec: models.RecommenderSpec, params: models.Parameters
 ) -> tff.Type:
-  """The type L of the client-local parameters (the input of `next`)."""
+  """The type L of a group's client-local parameters (the input of `next`):
+  one user's, with a leading user dimension [U, ...]."""
   _, local_params = models.split_parameters(spec, params)
-  return _type_of_structure(local_params)
+  return tff.to_type(
+      tf.nest.map_structure(
+          lambda leaf: tff.TensorType(
+              np.asarray(leaf).dtype.type, [None, *np.asarray(leaf).shape]
+          ),
+          local_params,
+      )
+  )
 
 
 def build_partially_local_process(
@@ -122,8 +139,8 @@ def build_partially_local_process(
     initial_params: models.Parameters,
     config: ClientTrainingConfig,
     *,
-    item_aggregator: Optional[tff.aggregators.UnweightedAggregationFactory] = None,
-    model_aggregator: Optional[tff.aggregators.UnweightedAggregationFactory] = None,
+    item_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = None,
+    model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = None,
 ) -> tff.templates.IterativeProcess:
   """Builds the process described in the module docstring.
 
@@ -131,15 +148,16 @@ def build_partially_local_process(
     spec: The model and its global / local declaration.
     initial_params: Initial parameters (`models.initial_parameters`).
     config: Local training hyperparameters.
-    item_aggregator: Aggregates the item-embedding uploads: row-sparse
+    item_aggregator: Aggregates the item-embedding uploads, weighted by the
+      number of users of the TFF client: row-sparse
       `sparse_rows.row_sparse_type(d)` values, or dense [I, d] ones when
       `config.ldp_noise_scale > 0`. `None` means
       `sparse_rows.RowSparseMeanFactory(num_items)`, respectively
-      `tff.aggregators.UnweightedMeanFactory()`: the unweighted average of
-      PFedRec Algorithm 1 line 6 either way.
+      `tff.aggregators.MeanFactory()`: the average over users of PFedRec
+      Algorithm 1 line 6 either way.
     model_aggregator: Aggregates the deltas of the other global parameters
-      (FedNCF's shared MLP); `None` means
-      `tff.aggregators.UnweightedMeanFactory()`.
+      (FedNCF's shared MLP), weighted likewise; `None` means
+      `tff.aggregators.MeanFactory()`.
 
   Returns:
     A `tff.templates.IterativeProcess`.
@@ -147,88 +165,125 @@ def build_partially_local_process(
   dense_upload = config.ldp_noise_scale > 0
   if item_aggregator is None:
     item_aggregator = (
-        tff.aggregators.UnweightedMeanFactory()
+        tff.aggregators.MeanFactory()
         if dense_upload
         else sparse_rows.RowSparseMeanFactory(spec.num_items)
     )
   if model_aggregator is None:
-    model_aggregator = tff.aggregators.UnweightedMeanFactory()
+    model_aggregator = tff.aggregators.MeanFactory()
   global_init, _ = models.split_parameters(spec, initial_params)
   dense_keys = tuple(k for k in spec.global_keys if k != 'item_embedding')
   global_type = _type_of_structure(global_init)
   local_type = local_parameters_type(spec, initial_params)
   data_type = tff.to_type(client_data_type())
+  weight_type = tff.TensorType(np.float32)
   item_upload_type = (
       _tensor_type_of(global_init['item_embedding'])
       if dense_upload
       else sparse_rows.row_sparse_type(spec.embedding_dim)
   )
-  item_aggregation = item_aggregator.create(item_upload_type)
+  item_aggregation = item_aggregator.create(item_upload_type, weight_type)
   dense_aggregation = (
       model_aggregator.create(
           _type_of_structure(
               collections.OrderedDict((k, global_init[k]) for k in dense_keys)
-          )
+          ),
+          weight_type,
       )
       if dense_keys
       else None
   )
 
+  def noised_table_upload(row_ids, row_deltas, seeds):
+    """Sec. 6.6: each user's dense [I, d] delta plus its own Laplace noise,
+    averaged over the group."""
+    num_users = tf.shape(row_ids)[0]
+    user_index = tf.broadcast_to(tf.range(num_users)[:, None], tf.shape(row_ids))
+    table_deltas = tf.scatter_nd(
+        tf.stack([user_index, row_ids], axis=-1),
+        row_deltas,
+        tf.concat(
+            [[num_users], tf.shape(global_init['item_embedding'])], axis=0
+        ),
+    )
+    # Fold in a tag so the noise never shares a seed with a reshuffle.
+    noise = tf.map_fn(
+        lambda seed: privacy.laplace_noise(
+            tf.constant(global_init['item_embedding'].shape),
+            config.ldp_noise_scale,
+            seed=tf.random.experimental.stateless_fold_in(seed, 1 << 30),
+        ),
+        seeds,
+        fn_output_signature=tf.float32,
+    )
+    return tf.reduce_mean(table_deltas + noise, axis=0)
+
   @tff.tensorflow.computation(global_type, local_type, data_type)
   def client_update(global_params, local_params, data):
-    row_ids, local_items = tf.unique(data['items'])
-    compact = collections.OrderedDict(global_params)
-    compact['item_embedding'] = tf.gather(
-        global_params['item_embedding'], row_ids
+    num_users = tf.shape(data['num_examples'])[0]
+    per_user = lambda v: tf.repeat(tf.expand_dims(v, 0), num_users, axis=0)
+    start = tf.nest.map_structure(
+        per_user,
+        collections.OrderedDict((k, global_params[k]) for k in dense_keys),
     )
-    result = local_training.train_locally(
+    start['item_embedding'] = tf.gather(
+        global_params['item_embedding'], data['row_ids']
+    )
+    result = local_training.train_users_locally(
         spec,
-        models.merge_parameters(spec, compact, local_params),
-        local_items,
+        models.merge_parameters(spec, start, local_params),
+        data['items'],
         data['labels'],
+        data['num_examples'],
         batch_size=config.batch_size,
         local_epochs=config.local_epochs,
         learning_rate=config.learning_rate,
         item_learning_rate=config.item_learning_rate,
         alternating=config.dual_personalization,
-        shuffle_seed=data['seed'],
+        shuffle_seeds=data['seeds'],
     )
     new_global, new_local = models.split_parameters(spec, result.parameters)
-    row_deltas = new_global['item_embedding'] - compact['item_embedding']
+    # Padding rows were never trained: their deltas are exactly 0.
+    row_deltas = new_global['item_embedding'] - start['item_embedding']
     if dense_upload:
-      table_delta = tf.scatter_nd(
-          tf.expand_dims(row_ids, 1),
-          row_deltas,
-          tf.shape(global_params['item_embedding']),
-      )
-      # Fold in a tag so the noise never shares a seed with a reshuffle.
-      item_upload = table_delta + privacy.laplace_noise(
-          tf.shape(table_delta),
-          config.ldp_noise_scale,
-          seed=tf.random.experimental.stateless_fold_in(data['seed'], 1 << 30),
+      item_upload = noised_table_upload(
+          data['row_ids'], row_deltas, data['seeds']
       )
     else:
+      real_rows = tf.sequence_mask(
+          data['num_rows'], tf.shape(data['row_ids'])[1]
+      )
       item_upload = collections.OrderedDict(
-          row_ids=row_ids, row_values=row_deltas
+          row_ids=tf.boolean_mask(data['row_ids'], real_rows),
+          row_values=tf.boolean_mask(row_deltas, real_rows)
+          / tf.cast(num_users, tf.float32),
       )
     dense_deltas = collections.OrderedDict(
-        (k, tf.nest.map_structure(tf.subtract, new_global[k], global_params[k]))
+        (
+            k,
+            tf.nest.map_structure(
+                lambda new, old: tf.reduce_mean(new - old, axis=0),
+                new_global[k],
+                start[k],
+            ),
+        )
         for k in dense_keys
     )
     if config.dual_personalization:
-      personal_ids = row_ids
+      personal_ids = data['row_ids']
       personal_rows = new_global['item_embedding']
     else:
-      personal_ids = tf.zeros([0], tf.int32)
-      personal_rows = tf.zeros([0, spec.embedding_dim], tf.float32)
+      personal_ids = tf.zeros([num_users, 0], tf.int32)
+      personal_rows = tf.zeros([num_users, 0, spec.embedding_dim], tf.float32)
     new_state = collections.OrderedDict(
         local_parameters=new_local,
         personal_item_ids=personal_ids,
         personal_item_rows=personal_rows,
     )
     client_metrics = collections.OrderedDict(
-        loss_sum=result.loss_sum,
-        num_examples=tf.cast(result.num_examples, tf.float32),
+        loss_sum=tf.reduce_sum(result.loss_sum),
+        num_examples=tf.cast(tf.reduce_sum(result.num_examples), tf.float32),
+        num_users=tf.cast(num_users, tf.float32),
     )
     return item_upload, dense_deltas, new_state, client_metrics
 
@@ -302,13 +357,13 @@ def build_partially_local_process(
         )
     )
     item_output = item_aggregation.next(
-        server_state.aggregator.item, item_uploads
+        server_state.aggregator.item, item_uploads, client_metrics.num_users
     )
     aggregator_state = collections.OrderedDict(item=item_output.state)
     measurements = collections.OrderedDict(item=item_output.measurements)
     if dense_aggregation is not None:
       dense_output = dense_aggregation.next(
-          server_state.aggregator.dense, dense_deltas
+          server_state.aggregator.dense, dense_deltas, client_metrics.num_users
       )
       aggregator_state['dense'] = dense_output.state
       measurements['dense'] = dense_output.measurements

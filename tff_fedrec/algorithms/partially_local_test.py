@@ -15,6 +15,7 @@ from tff_fedrec import local_training
 from tff_fedrec import models
 from tff_fedrec.aggregators import sparse_rows
 from tff_fedrec.algorithms import partially_local
+from tff_fedrec.algorithms import user_groups
 from tff_fedrec.programs import execution
 
 _NUM_ITEMS = 20
@@ -153,7 +154,7 @@ def _assert_client_state_close(got, expected):
 
 def _run_round(
     spec, config, *, model_aggregator=None, item_aggregator=None,
-    client_data=None,
+    client_data=None, users_per_group=1,
 ):
   params = models.initial_parameters(spec, seed=0)
   process = partially_local.build_partially_local_process(
@@ -164,8 +165,17 @@ def _run_round(
   client_states = _client_states(spec, params)
   client_data = client_data or _client_data()
   # Only the local parameters go into a round (see the module docstring).
-  new_server_state, new_client_states, metrics = process.next(
-      server_state, [s['local_parameters'] for s in client_states], client_data
+  new_server_state, new_client_states, metrics = (
+      user_groups.run_grouped_round(
+          process,
+          server_state,
+          tf.nest.map_structure(
+              lambda *leaves: np.stack(leaves),
+              *[s['local_parameters'] for s in client_states],
+          ),
+          client_data,
+          users_per_group,
+      )
   )
   return (params, server_state, client_states, client_data,
           new_server_state, new_client_states, metrics)
@@ -209,7 +219,9 @@ def test_type_signature():
   local_out = clients_out.member[0]
   assert local_out.is_equivalent_to(clients_in.member)
   assert _names(clients_in.member) == ['score_layers']
-  assert _names(data_in.member) == ['items', 'labels', 'seed']
+  assert _names(data_in.member) == [
+      'row_ids', 'num_rows', 'items', 'labels', 'num_examples', 'seeds'
+  ]
   assert _names(metrics_out.member) == [
       'train_loss', 'num_examples', 'aggregator'
   ]
@@ -227,9 +239,14 @@ def test_initialize_holds_the_initial_global_parameters():
   assert server_state['round_num'] == 0
 
 
-def test_one_round_with_dual_personalization_matches_reference():
+@pytest.mark.parametrize('users_per_group', [1, 2, 3])
+def test_one_round_with_dual_personalization_matches_reference(
+    users_per_group,
+):
   (params, _, client_states, client_data, new_server_state, new_client_states,
-   metrics) = _run_round(_PFEDREC_SPEC, _CONFIG)
+   metrics) = _run_round(
+       _PFEDREC_SPEC, _CONFIG, users_per_group=users_per_group
+   )
   global_params, _ = models.split_parameters(_PFEDREC_SPEC, params)
 
   expected_global, expected_states, train_loss, num_examples = (
@@ -252,14 +269,16 @@ def test_one_round_with_dual_personalization_matches_reference():
   assert metrics['num_examples'] == num_examples == 16
 
 
-def test_multi_batch_clients_match_reference():
+@pytest.mark.parametrize('users_per_group', [1, 3])
+def test_multi_batch_two_epoch_clients_match_reference(users_per_group):
   config = partially_local.ClientTrainingConfig(
       learning_rate=_CONFIG.learning_rate,
       item_learning_rate=_CONFIG.item_learning_rate,
       batch_size=2,
+      local_epochs=2,
   )
   (params, _, client_states, client_data, new_server_state, new_client_states,
-   _) = _run_round(_PFEDREC_SPEC, config)
+   _) = _run_round(_PFEDREC_SPEC, config, users_per_group=users_per_group)
   global_params, _ = models.split_parameters(_PFEDREC_SPEC, params)
 
   expected_global, expected_states, *_ = _reference_round(
@@ -298,7 +317,10 @@ def test_server_update_is_the_unweighted_mean():
   assert not np.allclose(got, weighted, rtol=1e-5, atol=1e-5)
 
 
-def test_one_round_without_dual_personalization_matches_reference():
+@pytest.mark.parametrize('users_per_group', [1, 2])
+def test_one_round_without_dual_personalization_matches_reference(
+    users_per_group,
+):
   config = partially_local.ClientTrainingConfig(
       learning_rate=_CONFIG.learning_rate,
       item_learning_rate=_CONFIG.item_learning_rate,
@@ -306,7 +328,9 @@ def test_one_round_without_dual_personalization_matches_reference():
       dual_personalization=False,
   )
   (params, _, client_states, client_data, new_server_state, new_client_states,
-   metrics) = _run_round(_NCF_GLOBAL_MLP_SPEC, config)
+   metrics) = _run_round(
+       _NCF_GLOBAL_MLP_SPEC, config, users_per_group=users_per_group
+   )
   global_params, _ = models.split_parameters(_NCF_GLOBAL_MLP_SPEC, params)
 
   expected_global, expected_states, train_loss, _ = _reference_round(
@@ -329,14 +353,14 @@ def test_one_round_without_dual_personalization_matches_reference():
   np.testing.assert_allclose(metrics['train_loss'], train_loss, rtol=1e-5)
 
 
-class _PlusOneFactory(tff.aggregators.UnweightedAggregationFactory):
+class _PlusOneFactory(tff.aggregators.WeightedAggregationFactory):
   """Test double: the inner factory's result, then + 1 on every entry."""
 
   def __init__(self, inner_factory):
     self._inner_factory = inner_factory
 
-  def create(self, value_type):
-    inner = self._inner_factory.create(value_type)
+  def create(self, value_type, weight_type):
+    inner = self._inner_factory.create(value_type, weight_type)
     result_type = inner.next.type_signature.result.result.member
 
     @tff.tensorflow.computation(result_type)
@@ -346,9 +370,10 @@ class _PlusOneFactory(tff.aggregators.UnweightedAggregationFactory):
     @tff.federated_computation(
         inner.initialize.type_signature.result,
         tff.FederatedType(value_type, tff.CLIENTS),
+        tff.FederatedType(weight_type, tff.CLIENTS),
     )
-    def next_fn(state, value):
-      output = inner.next(state, value)
+    def next_fn(state, value, weight):
+      output = inner.next(state, value, weight)
       return tff.templates.MeasuredProcessOutput(
           state=output.state,
           result=tff.federated_map(add_one, output.result),
@@ -365,7 +390,7 @@ def _plus_one(structure):
 def test_model_aggregator_is_used_for_the_shared_dense_parameters():
   (params, _, client_states, client_data, new_server_state, *_) = _run_round(
       _NCF_GLOBAL_MLP_SPEC, _CONFIG,
-      model_aggregator=_PlusOneFactory(tff.aggregators.UnweightedMeanFactory()),
+      model_aggregator=_PlusOneFactory(tff.aggregators.MeanFactory()),
   )
   global_params, _ = models.split_parameters(_NCF_GLOBAL_MLP_SPEC, params)
   expected, *_ = _reference_round(
@@ -401,10 +426,13 @@ def _noise_config(scale):
   )
 
 
-def test_ldp_noise_changes_the_global_update_only():
+@pytest.mark.parametrize('users_per_group', [1, 2])
+def test_ldp_noise_changes_the_global_update_only(users_per_group):
   scale = 0.5
   clean = _run_round(_PFEDREC_SPEC, _noise_config(0.0))
-  noisy = _run_round(_PFEDREC_SPEC, _noise_config(scale))
+  noisy = _run_round(
+      _PFEDREC_SPEC, _noise_config(scale), users_per_group=users_per_group
+  )
   clean_global = clean[4]['global_parameters']['item_embedding']
   noisy_global = noisy[4]['global_parameters']['item_embedding']
 
@@ -427,6 +455,13 @@ def test_ldp_noise_is_deterministic_given_the_data_seeds():
   config = _noise_config(0.5)
   first = _run_round(_PFEDREC_SPEC, config)
   again = _run_round(_PFEDREC_SPEC, config)
+  # Each user draws its own noise, whatever group it is simulated in.
+  grouped = _run_round(_PFEDREC_SPEC, config, users_per_group=3)
+  np.testing.assert_allclose(
+      grouped[4]['global_parameters']['item_embedding'],
+      first[4]['global_parameters']['item_embedding'],
+      rtol=1e-5, atol=1e-5,
+  )
   other_data = _client_data()
   other_data[0]['seed'] = np.array([123, 456], np.int64)
   other = _run_round(_PFEDREC_SPEC, config, client_data=other_data)
