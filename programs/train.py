@@ -11,6 +11,7 @@ started again with the same --root_dir.
 import dataclasses
 import os
 import sys
+from typing import Callable
 
 # TensorFlow's C++ start-up notices would bury the progress lines.
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
@@ -19,15 +20,19 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from tff_fedrec import hetero_models
+from tff_fedrec.algorithms import hetefedrec
 from tff_fedrec.algorithms import partially_local
 from tff_fedrec.algorithms import registry
 from tff_fedrec.programs import execution
+from tff_fedrec.programs import hetero_training_loop
 from tff_fedrec.programs import training_loop
 from tff_fedrec.tasks import datasets
 from tff_fedrec.tasks import errors
 
 _METHOD = flags.DEFINE_enum(
-    'method', None, sorted(registry.METHODS), 'Federated method to train.'
+    'method', None, sorted({**registry.METHODS, **registry.HETERO_METHODS}),
+    'Federated method to train.'
 )
 _DATASET = flags.DEFINE_enum(
     'dataset', None, [d for d in datasets.DATASETS if d != 'file'],
@@ -73,8 +78,10 @@ _USERS_PER_TFF_CLIENT = flags.DEFINE_integer(
 _LOCAL_EPOCHS = flags.DEFINE_integer('local_epochs', 1, 'Local epochs E.')
 _BATCH_SIZE = flags.DEFINE_integer('batch_size', 256, 'Local batch size B.')
 _LEARNING_RATE = flags.DEFINE_float(
-    'learning_rate', 0.1, 'SGD learning rate of score functions and user '
-    'embeddings.',
+    'learning_rate', None, 'SGD learning rate of score functions and user '
+    'embeddings (default 0.1); for the tiered methods (hetefedrec and its '
+    'baselines) Adam\'s learning rate of every parameter (default 0.001, '
+    'HeteFedRec Sec. V.D).',
 )
 _ITEM_LEARNING_RATE = flags.DEFINE_float(
     'item_learning_rate', None,
@@ -113,7 +120,41 @@ _CACHE_DIR = flags.DEFINE_string(
     'cache_dir', None, 'Download cache (default $TFF_FEDREC_CACHE or '
     '~/.cache/tff_fedrec).',
 )
-_EVAL_EVERY = flags.DEFINE_integer('eval_every', 1, 'Evaluate every N rounds.')
+_EVAL_EVERY = flags.DEFINE_integer(
+    'eval_every', None,
+    'Evaluate every N rounds (default 1; for the tiered methods one epoch of '
+    'the client queue).',
+)
+_TIER_RATIO = flags.DEFINE_list(
+    'tier_ratio', ['5', '3', '2'],
+    'Tiered methods: small:medium:large shares of users by training data '
+    'size (HeteFedRec Table VI: 5,3,2 / 1,1,1 / 2,3,5).',
+)
+_TIER_WIDTHS = flags.DEFINE_list(
+    'tier_widths', ['8', '16', '32'],
+    'Tiered methods: item-embedding sizes N_s,N_m,N_l (Table VII: 2,4,8 / '
+    '8,16,32 / 32,64,128).',
+)
+_MODEL = flags.DEFINE_enum(
+    'model', 'ncf', ['ncf', 'lightgcn'],
+    'Tiered methods: base model, Fed-NCF or Fed-LightGCN (one propagation '
+    'layer on each user\'s local graph).',
+)
+_DUAL_TASK = flags.DEFINE_bool(
+    'dual_task', True, 'hetefedrec: unified dual-task learning (Eq. 11).'
+)
+_DECORRELATION_WEIGHT = flags.DEFINE_float(
+    'decorrelation_weight', 1.0,
+    'hetefedrec: alpha of the decorrelation regulariser (Eq. 14); 0 = off.',
+)
+_DISTILLATION_ITEMS = flags.DEFINE_integer(
+    'distillation_items', 256,
+    'hetefedrec: items in each round\'s distillation subset (Eq. 16); 0 = off.',
+)
+_DISTILLATION_LR = flags.DEFINE_float(
+    'distillation_learning_rate', 0.001,
+    'hetefedrec: gradient step of the distillation loss (Eq. 17).',
+)
 _CHECKPOINT_EVERY = flags.DEFINE_integer(
     'checkpoint_every', 1, 'Checkpoint every N rounds.'
 )
@@ -153,6 +194,10 @@ def _data_config() -> datasets.DataConfig:
   )
 
 
+def _sgd_learning_rate() -> float:
+  return 0.1 if _LEARNING_RATE.value is None else _LEARNING_RATE.value
+
+
 def _clients_per_round(num_users: int) -> int:
   if _CLIENTS_PER_ROUND.value is not None and _CLIENT_FRACTION.value is not None:
     raise FlagError('Give --clients_per_round or --client_fraction, not both.')
@@ -177,7 +222,7 @@ def _training_config(num_items: int) -> partially_local.ClientTrainingConfig:
     dual = method in registry.ALWAYS_DUAL_PERSONALIZED
   item_lr = _ITEM_LEARNING_RATE.value
   if item_lr is None:
-    item_lr = _LEARNING_RATE.value * num_items * _ITEM_LR_ETA.value
+    item_lr = _sgd_learning_rate() * num_items * _ITEM_LR_ETA.value
   for name, value in [('rounds', _ROUNDS.value), ('local_epochs', _LOCAL_EPOCHS.value),
                       ('batch_size', _BATCH_SIZE.value),
                       ('embedding_dim', _EMBEDDING_DIM.value),
@@ -185,7 +230,7 @@ def _training_config(num_items: int) -> partially_local.ClientTrainingConfig:
     if value < 1:
       raise FlagError(f'--{name} must be at least 1; got {value}.')
   return partially_local.ClientTrainingConfig(
-      learning_rate=_LEARNING_RATE.value,
+      learning_rate=_sgd_learning_rate(),
       item_learning_rate=item_lr,
       batch_size=_BATCH_SIZE.value,
       local_epochs=_LOCAL_EPOCHS.value,
@@ -212,14 +257,150 @@ def _results_table(summary: dict) -> str:
   return '\n'.join(f'{name:<{width}}  {value}' for name, value in rows)
 
 
+def _train_with_worker_restarts(root_dir: str, train: Callable[[int], dict]):
+  """Runs `train(worker_pid)` on a TFF worker of its own; if the worker
+  dies, restarts it and calls `train` again (which resumes from the last
+  checkpoint), at most --max_worker_restarts times."""
+  restarts = 0
+  while True:
+    try:
+      with execution.worker_execution_context(
+          log_path=os.path.join(root_dir, 'worker.log')
+      ) as worker_pid:
+        return train(worker_pid)
+    except execution.WorkerDiedError as error:
+      if restarts >= _MAX_WORKER_RESTARTS.value:
+        raise
+      restarts += 1
+      print(
+          f'{error} Restarting it and resuming from the last checkpoint '
+          f'(restart {restarts} of at most {_MAX_WORKER_RESTARTS.value}).',
+          flush=True,
+      )
+
+
+def _int_list(name: str, values: list[str]) -> tuple[int, ...]:
+  try:
+    parsed = tuple(int(v) for v in values)
+  except ValueError:
+    raise FlagError(f'--{name} takes comma-separated integers; got {values}.')
+  if len(parsed) != 3:
+    raise FlagError(f'--{name} needs 3 values (small, medium, large).')
+  return parsed
+
+
+def _hetero_results_table(summary: dict) -> str:
+  test = summary['test']
+  rows = [
+      ('method', summary['method']),
+      ('dataset', summary['dataset']),
+      ('rounds completed', summary['rounds_completed']),
+      ('test Recall@20 / NDCG@20 (last round)',
+       f'{test["recall@20"]:.5f} / {test["ndcg@20"]:.5f}'),
+  ]
+  for name, tier in test['per_tier'].items():
+    sent = summary['bytes_per_client'][name]
+    rows.append((
+        f'  {name} ({tier["users"]} users)',
+        f'{tier["recall@20"]:.5f} / {tier["ndcg@20"]:.5f}; per client '
+        f'{sent["download"] / 1024:.1f} KiB down, '
+        f'{sent["upload"] / 1024:.1f} KiB up',
+    ))
+  rows += [
+      ('seconds per round (median)', f'{summary["seconds_per_round"]:.2f}'),
+      ('peak RSS (program + TFF worker)', f'{summary["peak_rss_mb"]:.0f} MB'),
+      ('singular-value variance of V_l (Table V)',
+       f'{summary["singular_value_variance_large"]:.4g}'),
+  ]
+  width = max(len(name) for name, _ in rows)
+  return '\n'.join(f'{name:<{width}}  {value}' for name, value in rows)
+
+
+def _run_hetero() -> dict:
+  """The tiered methods: random split, tiers, full ranking (HeteFedRec)."""
+  data_config = _data_config()
+  data = datasets.load_random_split(data_config)
+  widths = _int_list('tier_widths', _TIER_WIDTHS.value)
+  ratio = _int_list('tier_ratio', _TIER_RATIO.value)
+  if _HIDDEN_UNITS.value:
+    hidden_units = tuple(int(u) for u in _HIDDEN_UNITS.value)
+  else:
+    hidden_units = (8, 8)
+  spec = hetero_models.HeteroSpec(
+      num_items=data.num_items, widths=widths, hidden_units=hidden_units,
+      model=_MODEL.value,
+  )
+  config = hetefedrec.HeteroConfig(
+      learning_rate=(
+          0.001 if _LEARNING_RATE.value is None else _LEARNING_RATE.value
+      ),
+      dual_task=_DUAL_TASK.value,
+      decorrelation_weight=_DECORRELATION_WEIGHT.value,
+      distillation_items=_DISTILLATION_ITEMS.value,
+      distillation_learning_rate=_DISTILLATION_LR.value,
+      seed=_SEED.value,
+  )
+  if _CLIENTS_PER_ROUND.value is None and _CLIENT_FRACTION.value is None:
+    clients_per_round = min(256, data.num_users)
+  else:
+    clients_per_round = _clients_per_round(data.num_users)
+  rounds_per_epoch = -(-data.num_users // clients_per_round)
+  loop_config = hetero_training_loop.HeteroLoopConfig(
+      rounds=_ROUNDS.value,
+      clients_per_round=clients_per_round,
+      tier_ratio=ratio,
+      negatives_per_positive=_NEGATIVES.value,
+      seed=_SEED.value,
+      eval_every=_EVAL_EVERY.value or rounds_per_epoch,
+      users_per_client=_USERS_PER_TFF_CLIENT.value,
+  )
+  method = registry.get_builder(_METHOD.value)(
+      spec=spec, config=config, seed=_SEED.value
+  )
+  print(
+      f'{_METHOD.value} on {data_config.dataset}: {data.num_users} users, '
+      f'{data.num_items} items, {clients_per_round} clients per round '
+      f'({rounds_per_epoch} rounds per epoch), tiers {ratio}, widths '
+      f'{widths}.',
+      flush=True,
+  )
+  root_dir = _ROOT_DIR.value
+  os.makedirs(root_dir, exist_ok=True)
+  summary_fields = {
+      'method': _METHOD.value,
+      'dataset': data_config.dataset,
+      'config': {
+          'method': dataclasses.asdict(method.config),
+          'loop': dataclasses.asdict(loop_config),
+          'model': _MODEL.value,
+          'widths': list(widths),
+          'hidden_units': list(hidden_units),
+          'model_tier': list(method.model_tier),
+          'included': list(method.included),
+      },
+  }
+  summary = _train_with_worker_restarts(
+      root_dir,
+      lambda worker_pid: hetero_training_loop.HeteroTrainingRun(
+          method, data, loop_config, root_dir,
+          log=lambda line: print(line, flush=True),
+          worker_pid=worker_pid,
+          summary_fields=summary_fields,
+      ).train(),
+  )
+  print(_hetero_results_table(summary), flush=True)
+  return summary
+
+
 def run() -> dict:
   """Runs the program from the parsed flags; returns the summary."""
   if _METHOD.value is None:
-    raise FlagError(
-        f'--method is required: one of {", ".join(sorted(registry.METHODS))}.'
-    )
+    known = sorted({**registry.METHODS, **registry.HETERO_METHODS})
+    raise FlagError(f'--method is required: one of {", ".join(known)}.')
   if not _ROOT_DIR.value:
     raise FlagError('--root_dir is required (checkpoints and results go there).')
+  if _METHOD.value in registry.HETERO_METHODS:
+    return _run_hetero()
   data_config = _data_config()
   data = datasets.load_leave_one_out(
       data_config, num_eval_negatives=_EVAL_NEGATIVES.value
@@ -230,7 +411,7 @@ def run() -> dict:
       clients_per_round=_clients_per_round(data.num_users),
       negatives_per_positive=_NEGATIVES.value,
       seed=_SEED.value,
-      eval_every=_EVAL_EVERY.value,
+      eval_every=_EVAL_EVERY.value or 1,
       checkpoint_every=_CHECKPOINT_EVERY.value,
       users_per_client=_USERS_PER_TFF_CLIENT.value,
   )
@@ -260,28 +441,15 @@ def run() -> dict:
           'hidden_units': list(method.spec.hidden_units),
       },
   }
-  restarts = 0
-  while True:
-    try:
-      with execution.worker_execution_context(
-          log_path=os.path.join(root_dir, 'worker.log')
-      ) as worker_pid:
-        summary = training_loop.TrainingRun(
-            method, data, loop_config, root_dir,
-            log=lambda line: print(line, flush=True),
-            worker_pid=worker_pid,
-            summary_fields=summary_fields,
-        ).train()
-      break
-    except execution.WorkerDiedError as error:
-      if restarts >= _MAX_WORKER_RESTARTS.value:
-        raise
-      restarts += 1
-      print(
-          f'{error} Restarting it and resuming from the last checkpoint '
-          f'(restart {restarts} of at most {_MAX_WORKER_RESTARTS.value}).',
-          flush=True,
-      )
+  summary = _train_with_worker_restarts(
+      root_dir,
+      lambda worker_pid: training_loop.TrainingRun(
+          method, data, loop_config, root_dir,
+          log=lambda line: print(line, flush=True),
+          worker_pid=worker_pid,
+          summary_fields=summary_fields,
+      ).train(),
+  )
   print(_results_table(summary), flush=True)
   return summary
 

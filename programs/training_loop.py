@@ -120,7 +120,7 @@ def best_round(history: dict[str, list[float]]) -> int:
   return best
 
 
-def _peak_rss_mb(worker_pid: Optional[int]) -> float:
+def peak_rss_mb(worker_pid: Optional[int]) -> float:
   """Peak resident memory of this process plus the TFF worker, in MB."""
   peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
   if worker_pid is not None:
@@ -132,6 +132,28 @@ def _peak_rss_mb(worker_pid: Optional[int]) -> float:
     except OSError:
       pass
   return peak_kb / 1024.0
+
+
+def checkpoint_manager(root_dir: str) -> tff.program.FileProgramStateManager:
+  """The run's checkpoints, <root_dir>/checkpoints, keeping the last two."""
+  return tff.program.FileProgramStateManager(
+      os.path.join(root_dir, 'checkpoints'), keep_total=2, keep_first=False
+  )
+
+
+def metrics_csv(root_dir: str) -> tff.program.CSVFileReleaseManager:
+  """Per-round metrics released to <root_dir>/metrics.csv."""
+  return tff.program.CSVFileReleaseManager(
+      os.path.join(root_dir, 'metrics.csv'), key_fieldname='round'
+  )
+
+
+def write_summary_json(root_dir: str, summary: dict) -> None:
+  """Writes <root_dir>/summary.json atomically (temporary file, rename)."""
+  path = os.path.join(root_dir, 'summary.json')
+  with open(path + '.tmp', 'w') as f:
+    json.dump(summary, f, indent=2, sort_keys=True)
+  os.replace(path + '.tmp', path)
 
 
 class TrainingRun:
@@ -156,12 +178,8 @@ class TrainingRun:
     self._worker_pid = worker_pid
     self._summary_fields = dict(summary_fields or {})
     os.makedirs(root_dir, exist_ok=True)
-    self._state_manager = tff.program.FileProgramStateManager(
-        os.path.join(root_dir, 'checkpoints'), keep_total=2, keep_first=False
-    )
-    self._csv = tff.program.CSVFileReleaseManager(
-        os.path.join(root_dir, 'metrics.csv'), key_fieldname='round'
-    )
+    self._state_manager = checkpoint_manager(root_dir)
+    self._csv = metrics_csv(root_dir)
     self._tensorboard = tff.program.TensorBoardReleaseManager(
         os.path.join(root_dir, 'tensorboard')
     )
@@ -312,7 +330,7 @@ class TrainingRun:
         'train_seconds_per_round': statistics.median(
             self.history['train_seconds']
         ),
-        'peak_rss_mb': _peak_rss_mb(self._worker_pid),
+        'peak_rss_mb': peak_rss_mb(self._worker_pid),
         'client_state_bytes_per_user': self.store.bytes_per_user(),
         'bytes_per_round': self.bytes_per_round(),
         'num_users': self._data.num_users,
@@ -339,8 +357,5 @@ class TrainingRun:
 
   def write_summary(self) -> dict:
     summary = self.summary()
-    path = os.path.join(self._root_dir, 'summary.json')
-    with open(path + '.tmp', 'w') as f:
-      json.dump(summary, f, indent=2, sort_keys=True)
-    os.replace(path + '.tmp', path)
+    write_summary_json(self._root_dir, summary)
     return summary

@@ -86,3 +86,17 @@ def load_leave_one_out(
   return preprocessing.leave_one_out_split(
       indexed, num_eval_negatives=num_eval_negatives, seed=config.seed
   )
+
+
+def load_random_split(
+    config: DataConfig, *, train_fraction: float = 0.8
+) -> preprocessing.RandomSplitData:
+  """Loads `config`'s data and splits each user's interactions at random,
+  80/20 by default (HeteFedRec Sec. V.A)."""
+  indexed = preprocessing.index_interactions(
+      load_interactions(config),
+      min_interactions_per_user=config.min_interactions_per_user,
+  )
+  return preprocessing.random_split(
+      indexed, train_fraction=train_fraction, seed=config.seed
+  )

@@ -15,6 +15,8 @@ import uuid
 
 import pytest
 
+from tff_fedrec.algorithms import registry
+
 _SMALL_RUN = [
     '--dataset=synthetic',
     '--synthetic_users=60',
@@ -263,3 +265,89 @@ def test_malformed_data_file_names_the_file_and_line(tmp_path):
   assert str(path) in result.stderr
   assert f'{path}:8:' in result.stderr
   assert 'Traceback' not in result.stderr
+
+
+_TIERED_RUN = [
+    '--dataset=synthetic',
+    '--synthetic_users=60',
+    '--synthetic_items=200',
+    '--clients_per_round=30',
+    '--tier_widths=2,4,8',
+    '--users_per_tff_client=8',
+]
+
+
+@pytest.mark.parametrize(
+    'method, extra_flags',
+    [(m, []) for m in sorted(registry.HETERO_METHODS)]
+    + [('hetefedrec', ['--model=lightgcn'])],
+    ids=lambda value: (
+        ' '.join(f.lstrip('-') for f in value)
+        if isinstance(value, list) else value
+    ),
+)
+def test_two_rounds_of_each_tiered_method(tmp_path, method, extra_flags):
+  tag = uuid.uuid4().hex
+  root_dir = str(tmp_path / 'run')
+  result = _run_program(
+      [f'--method={method}', *_TIERED_RUN, *extra_flags, '--rounds=2',
+       '--eval_every=1', f'--root_dir={root_dir}'],
+      tag=tag,
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
+  with open(os.path.join(root_dir, 'summary.json')) as f:
+    summary = json.load(f)
+  assert summary['method'] == method
+  assert summary['rounds_completed'] == 2
+  test = summary['test']
+  assert set(test['per_tier']) == {'small', 'medium', 'large'}
+  # 5:3:2 of 60 users.
+  assert [test['per_tier'][t]['users'] for t in ('small', 'medium', 'large')
+          ] == [30, 18, 12]
+  for scores in [test, *test['per_tier'].values()]:
+    assert 0.0 <= scores['recall@20'] <= 1.0
+    assert 0.0 <= scores['ndcg@20'] <= 1.0
+  sent = summary['bytes_per_client']
+  if method == 'all_small':
+    assert sent['small'] == sent['medium'] == sent['large']
+  elif method.startswith('all_large'):
+    assert sent['small']['download'] == sent['large']['download']
+  else:
+    # Table III: a small client never moves more than a small model.
+    assert (sent['small']['download'] < sent['medium']['download']
+            < sent['large']['download'])
+  if method == 'all_large_exclusive':
+    assert sent['small']['upload'] == 0
+  assert [int(r['round']) for r in _read_metrics(root_dir)] == [0, 1]
+  assert 'Recall@20' in result.stdout
+  assert _processes_with_tag(tag) == []
+
+
+def test_tiered_run_resumes_with_the_results_of_an_uninterrupted_one(
+    tmp_path
+):
+  args = ['--method=hetefedrec', *_TIERED_RUN, '--eval_every=2']
+  whole = str(tmp_path / 'whole')
+  parts = str(tmp_path / 'parts')
+  assert _run_program([*args, '--rounds=4', f'--root_dir={whole}']
+                      ).returncode == 0
+  assert _run_program([*args, '--rounds=2', f'--root_dir={parts}']
+                      ).returncode == 0
+  resumed = _run_program([*args, '--rounds=4', f'--root_dir={parts}'])
+  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  assert 'Resumed from checkpoint' in resumed.stdout
+  summaries = []
+  for root in (whole, parts):
+    with open(os.path.join(root, 'summary.json')) as f:
+      summaries.append(json.load(f))
+  assert summaries[1]['rounds_completed'] == 4
+  for whole_scores, part_scores in [
+      (summaries[0]['test'], summaries[1]['test']),
+      *zip(summaries[0]['test']['per_tier'].values(),
+           summaries[1]['test']['per_tier'].values()),
+  ]:
+    for key in ('recall@20', 'ndcg@20'):
+      assert part_scores[key] == pytest.approx(whole_scores[key], abs=1e-6)
+  losses = [[float(r['train_loss']) for r in _read_metrics(root)]
+            for root in (whole, parts)]
+  assert losses[1] == pytest.approx(losses[0], abs=1e-6)

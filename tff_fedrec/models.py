@@ -120,6 +120,26 @@ class RecommenderSpec:
     return tuple(k for k in self.keys if k not in self.local_keys)
 
 
+def initial_dense_layers(
+    rng: np.random.Generator, shapes
+) -> list[collections.OrderedDict]:
+  """Dense layers `OrderedDict(kernel [fan_in, fan_out], bias [fan_out])`
+  for (fan_in, fan_out) in `shapes`, uniform in +-1/sqrt(fan_in) (the
+  PyTorch default the reference code uses), float32."""
+  layers = []
+  for fan_in, fan_out in shapes:
+    bound = 1.0 / np.sqrt(fan_in)
+    layers.append(
+        collections.OrderedDict(
+            kernel=rng.uniform(-bound, bound, (fan_in, fan_out)).astype(
+                np.float32
+            ),
+            bias=rng.uniform(-bound, bound, (fan_out,)).astype(np.float32),
+        )
+    )
+  return layers
+
+
 def initial_parameters(spec: RecommenderSpec, seed: int) -> Parameters:
   """Returns numpy parameters (float32) initialised as described above."""
   rng = np.random.default_rng(seed)
@@ -132,17 +152,7 @@ def initial_parameters(spec: RecommenderSpec, seed: int) -> Parameters:
         np.float32
     )
   if spec.has_score_layers:
-    layers = []
-    for fan_in, fan_out in spec.score_layer_widths:
-      bound = 1.0 / np.sqrt(fan_in)
-      layers.append(
-          collections.OrderedDict(
-              kernel=rng.uniform(-bound, bound, (fan_in, fan_out)).astype(
-                  np.float32
-              ),
-              bias=rng.uniform(-bound, bound, (fan_out,)).astype(np.float32),
-          )
-      )
+    layers = initial_dense_layers(rng, spec.score_layer_widths)
     params['score_layers'] = layers
   return params
 

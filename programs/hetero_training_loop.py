@@ -1,0 +1,407 @@
+"""Program logic of the tiered methods (HeteFedRec and its baselines).
+
+Protocol of HeteFedRec Sec. V.A-V.D: an 80/20 random split per user, binary
+feedback with 4 negatives per positive redrawn every round, clients divided
+into small / medium / large tiers by their number of training interactions
+(5:3:2 by default), and full ranking over each user's non-training items for
+Recall@20 / NDCG@20, overall and per tier (Fig. 6).
+
+Rounds follow Sec. V.D: at the start of every epoch the client queue is
+shuffled (seeded by (seed, epoch)), and each round takes the next
+`clients_per_round` (256) clients of the queue, so an epoch is
+ceil(users / 256) rounds. A round's randomness is seeded by (seed, round), so
+a killed run resumes with the results an uninterrupted one would give.
+"""
+
+import asyncio
+import collections
+import dataclasses
+import json
+import os
+import statistics
+import time
+from typing import Callable, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from tff_fedrec import decorrelation
+from tff_fedrec import hetero_models
+from tff_fedrec import metrics
+from tff_fedrec import tiers
+from tff_fedrec.algorithms import hetefedrec
+from tff_fedrec.algorithms import user_groups
+from tff_fedrec.programs import training_loop
+from tff_fedrec.tasks import preprocessing
+
+TOP_K = 20
+
+
+@dataclasses.dataclass(frozen=True)
+class HeteroLoopConfig:
+  """Round structure of a tiered run.
+
+  Attributes:
+    rounds: Total rounds.
+    clients_per_round: Clients taken from the shuffled queue per round.
+    tier_ratio: small:medium:large shares of users by training data size.
+    negatives_per_positive: Training negatives per positive, redrawn.
+    seed: Seeds the queue, the negatives and the initial user embeddings.
+    eval_every: Evaluate every this many rounds (and after the last one).
+    users_per_client: Users one TFF client simulates (`user_groups`).
+  """
+
+  rounds: int
+  clients_per_round: int = 256
+  tier_ratio: tuple[float, float, float] = (5, 3, 2)
+  negatives_per_positive: int = 4
+  seed: int = 0
+  eval_every: int = 24
+  users_per_client: int = 32
+
+
+def round_users(num_users: int, config: HeteroLoopConfig, round_num: int):
+  """The round's users (sorted): the next slice of the epoch's queue."""
+  per_epoch = -(-num_users // config.clients_per_round)
+  epoch, position = divmod(round_num, per_epoch)
+  queue = np.random.default_rng([config.seed, epoch, 1]).permutation(
+      num_users
+  )
+  start = position * config.clients_per_round
+  return np.sort(queue[start : start + config.clients_per_round])
+
+
+def _csr_rows(offsets, values, users):
+  """The CSR rows of `users` as a new (offsets, values) pair."""
+  counts = offsets[users + 1] - offsets[users]
+  new_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+  index = np.concatenate(
+      [np.arange(offsets[u], offsets[u + 1]) for u in users]
+  ) if len(users) else np.zeros([0], np.int64)
+  return new_offsets, values[index.astype(np.int64)]
+
+
+def round_examples(data, config, round_num, users):
+  """The users' training examples of the round (positives + negatives)."""
+  rng = np.random.default_rng([config.seed, round_num])
+  train_offsets, train_items = _csr_rows(
+      data.train_offsets, data.train_items, users
+  )
+  interacted_offsets, interacted_items = _csr_rows(
+      data.interacted_offsets, data.interacted_items, users
+  )
+  return preprocessing.sample_training_examples(
+      train_offsets=train_offsets,
+      train_items=train_items,
+      interacted_offsets=interacted_offsets,
+      interacted_items=interacted_items,
+      num_items=data.num_items,
+      negatives_per_positive=config.negatives_per_positive,
+      rng=rng,
+  )
+
+
+def bytes_per_client(method: hetefedrec.HeteroMethod) -> dict:
+  """Bytes one client of each data tier receives and sends per round
+  (Table III): V_a plus the Theta_b it trains (b <= a with UDL), float32.
+  Uploads are gradients of the same parameters."""
+  params = method.initial_parameters
+  result = {}
+  for data_tier, name in enumerate(tiers.TIER_NAMES):
+    tier = method.model_tier[data_tier]
+    terms = (range(tier + 1) if method.config.dual_task else (tier,))
+    size = params['item_tables'][tier].nbytes + sum(
+        leaf.nbytes
+        for term in terms
+        for leaf in tf.nest.flatten(params['score_layers'][term])
+    )
+    result[name] = {
+        'download': float(size),
+        'upload': float(size if method.included[data_tier] else 0),
+    }
+  return result
+
+
+class HeteroTrainingRun:
+  """One run of a tiered method on random-split data."""
+
+  def __init__(
+      self,
+      method: hetefedrec.HeteroMethod,
+      data: preprocessing.RandomSplitData,
+      config: HeteroLoopConfig,
+      root_dir: str,
+      *,
+      log: Callable[[str], None] = print,
+      worker_pid: Optional[int] = None,
+      summary_fields: Optional[dict] = None,
+  ):
+    self._method = method
+    self._data = data
+    self._config = config
+    self._root_dir = root_dir
+    self._log = log
+    self._worker_pid = worker_pid
+    self._summary_fields = dict(summary_fields or {})
+    os.makedirs(root_dir, exist_ok=True)
+    self._state_manager = training_loop.checkpoint_manager(root_dir)
+    self._csv = training_loop.metrics_csv(root_dir)
+    self.data_tier = tiers.assign_tiers_by_interactions(
+        np.diff(data.train_offsets), config.tier_ratio
+    )
+    spec = method.spec
+    users = hetero_models.initial_user_embeddings(
+        spec, data.num_users, config.seed
+    )
+    # Each user's embedding is as wide as its model tier; zeros beyond.
+    model_tier = np.asarray(method.model_tier)[self.data_tier]
+    widths = np.asarray(spec.widths)[model_tier]
+    users[np.arange(spec.widths[-1])[None, :] >= widths[:, None]] = 0.0
+    self.local = collections.OrderedDict(
+        user=users,
+        adam_m=np.zeros_like(users),
+        adam_v=np.zeros_like(users),
+        adam_step=np.zeros([data.num_users], np.float32),
+    )
+    self.server_state = None
+    self.history = []
+    self.next_round = 0
+
+  def _program_state(self):
+    return collections.OrderedDict(
+        next_round=np.int64(self.next_round),
+        server_state=self.server_state,
+        local=self.local,
+        history=json.dumps(self.history),
+    )
+
+  def restore_or_initialize(self) -> None:
+    self.server_state = self._method.process.initialize()
+    state, version = asyncio.run(
+        self._state_manager.load_latest(self._program_state())
+    )
+    if state is None:
+      return
+    self.next_round = int(state['next_round'])
+    self.server_state = state['server_state']
+    self.local = collections.OrderedDict(
+        (k, np.asarray(v)) for k, v in state['local'].items()
+    )
+    history = state['history']
+    self.history = json.loads(
+        history.decode() if isinstance(history, bytes) else str(history)
+    )
+    self._log(
+        f'Resumed from checkpoint {version}: {self.next_round} of '
+        f'{self._config.rounds} rounds done.'
+    )
+
+  def _client_groups(self, users, examples):
+    """(users of each TFF client, its client data), one tier per client."""
+    groups = []
+    for data_tier in range(len(tiers.TIER_NAMES)):
+      positions = np.flatnonzero(self.data_tier[users] == data_tier)
+      if not positions.size:
+        continue
+      user_data = []
+      for position in positions:
+        items, labels = preprocessing.user_examples(examples, position)
+        user_data.append(
+            collections.OrderedDict(
+                items=items.astype(np.int32),
+                labels=labels.astype(np.float32),
+                seed=np.zeros([2], np.int64),
+            )
+        )
+      for group in user_groups.group_positions(
+          [len(d['items']) for d in user_data], self._config.users_per_client
+      ):
+        data = user_groups.group_client_data([user_data[g] for g in group])
+        del data['seeds']
+        data['tier'] = np.int32(self._method.model_tier[data_tier])
+        data['include'] = np.float32(self._method.included[data_tier])
+        data.move_to_end('include', last=False)
+        data.move_to_end('tier', last=False)
+        groups.append((users[positions[group]], data))
+    return groups
+
+  def run_round(self, round_num: int) -> dict:
+    start = time.perf_counter()
+    users = round_users(self._data.num_users, self._config, round_num)
+    examples = round_examples(self._data, self._config, round_num, users)
+    groups = self._client_groups(users, examples)
+    locals_in = [
+        collections.OrderedDict((k, v[group]) for k, v in self.local.items())
+        for group, _ in groups
+    ]
+    self.server_state, locals_out, round_metrics = self._method.process.next(
+        self.server_state, locals_in, [data for _, data in groups]
+    )
+    for (group, _), local in zip(groups, locals_out):
+      for key in self.local:
+        self.local[key][group] = np.asarray(local[key])
+    record = {
+        'round': round_num,
+        'train_loss': float(round_metrics['train_loss']),
+        'distillation_loss_before': float(
+            np.sum(round_metrics['distillation_loss_before'])
+        ),
+        'distillation_loss_after': float(
+            np.sum(round_metrics['distillation_loss_after'])
+        ),
+        'train_seconds': time.perf_counter() - start,
+    }
+    last = round_num == self._config.rounds - 1
+    if last or (round_num + 1) % self._config.eval_every == 0:
+      record['test'] = self.evaluate()
+    record['seconds'] = time.perf_counter() - start
+    return record
+
+  def scores(self, data_tier: int, users: np.ndarray) -> np.ndarray:
+    """Scores [len(users), I] of each user's own model (its model tier)."""
+    params = self.server_state['parameters']
+    tier = self._method.model_tier[data_tier]
+    width = self._method.spec.widths[tier]
+    table = np.asarray(params['item_tables'][tier])
+    # Fed-LightGCN's local graph: the user's training items.
+    offsets, items = _csr_rows(
+        self._data.train_offsets, self._data.train_items, users
+    )
+    neighbor_sum = np.zeros([users.size, width], np.float32)
+    np.add.at(
+        neighbor_sum, np.repeat(np.arange(users.size), np.diff(offsets)),
+        table[items],
+    )
+    user = hetero_models.user_representation(
+        self._method.spec, tf.constant(self.local['user'][users, :width]),
+        tf.constant(neighbor_sum), tf.constant(np.diff(offsets)),
+    )
+    return hetero_models.score_all_items(
+        user, tf.constant(table),
+        tf.nest.map_structure(tf.constant, params['score_layers'][tier]),
+    ).numpy()
+
+  def evaluate(self) -> dict:
+    """Recall@20 / NDCG@20 by full ranking, overall and per data tier."""
+    data = self._data
+    per_tier = {}
+    totals = collections.Counter()
+    for data_tier, name in enumerate(tiers.TIER_NAMES):
+      users = np.flatnonzero(self.data_tier == data_tier)
+      if not users.size:
+        continue
+      scores = self.scores(data_tier, users)
+      exclude = np.zeros(scores.shape, bool)
+      train_offsets, train_items = _csr_rows(
+          data.train_offsets, data.train_items, users
+      )
+      exclude[
+          np.repeat(np.arange(users.size), np.diff(train_offsets)),
+          train_items,
+      ] = True
+      test_offsets, test_items = _csr_rows(
+          data.test_offsets, data.test_items, users
+      )
+      result = metrics.full_ranking_metrics(
+          scores, exclude_mask=exclude, test_offsets=test_offsets,
+          test_items=test_items, k=TOP_K,
+      )
+      evaluated = int(np.count_nonzero(np.diff(test_offsets)))
+      per_tier[name] = {
+          f'recall@{TOP_K}': result['recall'],
+          f'ndcg@{TOP_K}': result['ndcg'],
+          'users': evaluated,
+      }
+      totals['users'] += evaluated
+      totals['recall'] += result['recall'] * evaluated
+      totals['ndcg'] += result['ndcg'] * evaluated
+    return {
+        f'recall@{TOP_K}': totals['recall'] / totals['users'],
+        f'ndcg@{TOP_K}': totals['ndcg'] / totals['users'],
+        'per_tier': per_tier,
+    }
+
+  def train(self) -> dict:
+    self.restore_or_initialize()
+    for round_num in range(self.next_round, self._config.rounds):
+      record = self.run_round(round_num)
+      self.history.append(record)
+      self._release(record)
+      self.next_round = round_num + 1
+      asyncio.run(
+          self._state_manager.save(self._program_state(), self.next_round)
+      )
+      self._log(self._progress_line(record))
+    return self.write_summary()
+
+  def _release(self, record: dict) -> None:
+    value = collections.OrderedDict(
+        train_loss=np.float64(record['train_loss']),
+        seconds=np.float64(record['seconds']),
+    )
+    if 'test' in record:
+      for key in (f'recall@{TOP_K}', f'ndcg@{TOP_K}'):
+        value[key.replace('@', '_at_')] = np.float64(record['test'][key])
+    asyncio.run(self._csv.release(value, key=int(record['round'])))
+
+  def _progress_line(self, record: dict) -> str:
+    seconds = statistics.median(r['seconds'] for r in self.history)
+    remaining = (self._config.rounds - self.next_round) * seconds
+    line = (
+        f'round {record["round"] + 1:5d}/{self._config.rounds}  '
+        f'loss {record["train_loss"]:.4f}  {record["seconds"]:.2f}s  '
+        f'ETA {remaining:.0f}s'
+    )
+    if 'test' in record:
+      test = record['test']
+      line += f'  test Recall@{TOP_K} {test[f"recall@{TOP_K}"]:.5f}'
+      line += f'  NDCG@{TOP_K} {test[f"ndcg@{TOP_K}"]:.5f}'
+    return line
+
+  def summary(self) -> dict:
+    evaluated = [r for r in self.history if 'test' in r]
+    last = evaluated[-1]
+    params = self.server_state['parameters']
+    per_client = bytes_per_client(self._method)
+    tier_sizes = tiers.tier_sizes(self.data_tier)
+    per_round_share = self._config.clients_per_round / self._data.num_users
+    return {
+        **self._summary_fields,
+        'rounds_completed': self.next_round,
+        'selection': 'test metrics after the last round (no validation split)',
+        'test': last['test'],
+        'test_history': [
+            {'round': r['round'] + 1, **{k: v for k, v in r['test'].items()
+                                         if k != 'per_tier'}}
+            for r in evaluated
+        ],
+        'bytes_per_client': per_client,
+        'bytes_per_round': {
+            name: {
+                direction: per_client[name][direction]
+                * float(tier_sizes[index]) * per_round_share
+                for direction in ('download', 'upload')
+            }
+            for index, name in enumerate(tiers.TIER_NAMES)
+        },
+        'tier_sizes': {
+            name: int(tier_sizes[i]) for i, name in enumerate(tiers.TIER_NAMES)
+        },
+        'singular_value_variance_large': decorrelation.singular_value_variance(
+            np.asarray(params['item_tables'][-1])
+        ),
+        'seconds_per_round': statistics.median(
+            r['seconds'] for r in self.history
+        ),
+        'train_seconds_per_round': statistics.median(
+            r['train_seconds'] for r in self.history
+        ),
+        'peak_rss_mb': training_loop.peak_rss_mb(self._worker_pid),
+        'num_users': self._data.num_users,
+        'num_items': self._data.num_items,
+    }
+
+  def write_summary(self) -> dict:
+    summary = self.summary()
+    training_loop.write_summary_json(self._root_dir, summary)
+    return summary

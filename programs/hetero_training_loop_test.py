@@ -1,0 +1,52 @@
+import numpy as np
+
+from tff_fedrec import hetero_models
+from tff_fedrec.algorithms import hetefedrec
+from tff_fedrec.programs import hetero_training_loop
+
+
+def _config(**kwargs):
+  return hetero_training_loop.HeteroLoopConfig(rounds=10, **kwargs)
+
+
+def test_each_epoch_takes_every_user_once_in_slices_of_the_queue():
+  config = _config(clients_per_round=4, seed=3)
+  # 10 users, 4 per round: rounds 0-2 are epoch 0 (4 + 4 + 2 users).
+  epoch0 = [hetero_training_loop.round_users(10, config, r) for r in range(3)]
+  assert [len(u) for u in epoch0] == [4, 4, 2]
+  np.testing.assert_array_equal(np.sort(np.concatenate(epoch0)), np.arange(10))
+  epoch1 = [hetero_training_loop.round_users(10, config, r)
+            for r in range(3, 6)]
+  np.testing.assert_array_equal(np.sort(np.concatenate(epoch1)), np.arange(10))
+  # The queue is reshuffled per epoch and fixed by (seed, round).
+  assert any(not np.array_equal(a, b) for a, b in zip(epoch0, epoch1))
+  np.testing.assert_array_equal(
+      hetero_training_loop.round_users(10, config, 4), epoch1[1]
+  )
+
+
+def test_bytes_per_client_follow_table_iii():
+  spec = hetero_models.HeteroSpec(num_items=10, widths=(2, 4, 8),
+                                  hidden_units=(3,))
+  config = hetefedrec.HeteroConfig(distillation_items=0)
+  theta = lambda width: 4 * ((2 * width * 3 + 3) + (3 * 1 + 1))
+  table = lambda width: 4 * 10 * width
+
+  sent = hetero_training_loop.bytes_per_client(
+      hetefedrec.build_hetefedrec(spec=spec, config=config)
+  )
+  # HeteFedRec: V_a plus Theta_b for every b <= a (UDL).
+  assert sent['small']['download'] == table(2) + theta(2)
+  assert sent['medium']['download'] == table(4) + theta(2) + theta(4)
+  assert sent['large']['download'] == table(8) + theta(2) + theta(4) + theta(8)
+  assert all(s['upload'] == s['download'] for s in sent.values())
+
+  small = hetero_training_loop.bytes_per_client(
+      hetefedrec.build_all_small(spec=spec, config=config)
+  )
+  assert all(s['download'] == table(2) + theta(2) for s in small.values())
+  exclusive = hetero_training_loop.bytes_per_client(
+      hetefedrec.build_all_large_exclusive(spec=spec, config=config)
+  )
+  assert exclusive['small']['upload'] == 0
+  assert exclusive['small']['download'] == table(8) + theta(8)

@@ -1,0 +1,420 @@
+"""HeteFedRec (Yuan et al., ICDE 2024) and its baselines as one TFF process.
+
+Clients belong to a tier a in (small, medium, large) and train a model of
+their tier's size: item table V_a [I, N_a], scorer Theta_a, private user
+embedding u_i [N_a] (`hetero_models`). Algorithm 1, one round:
+
+  clients (`dual_task_learning.client_gradients`): one gradient of L'_a
+    (Eq. 11 unified dual-task learning + Eq. 14 decorrelation) on all their
+    data; u_i takes an Adam step on the device (Eq. 3); the gradients of
+    V_a and of Theta_b (b <= a) are uploaded.
+  server: padding-aware sums of the V gradients (Eq. 7-8,
+    `aggregators.padded_sum.PaddedSumFactory`: small and medium slices
+    include the large clients' first dimensions), sums of each Theta_b's
+    gradients (Eq. 15), an Adam step on every public parameter (Eq. 9, 15;
+    Adam with lr 0.001, Sec. V.D), then relation-based ensemble
+    self-distillation on a random item subset (Eq. 16-17,
+    `distillation.ensemble_distillation`).
+
+The baselines of Sec. V.C are the same process with parts switched off
+(`HeteroConfig`): "directly aggregate" is Eq. 8 without UDL, DDR and RESKD;
+"clustered" sums each tier's uploads into its own tables only; "all small" /
+"all large" put every client in one tier; "all large / exclusive" drops the
+uploads of the clients with little data (their `include` flag is 0).
+
+Type signature (U users of one tier per TFF client, see `user_groups`):
+
+  initialize: ( -> S@SERVER)
+  next: (<S@SERVER, {L}@CLIENTS, {D}@CLIENTS> -> <S@SERVER, {L}@CLIENTS, M@SERVER>)
+
+  S = <parameters: <item_tables, score_layers>, optimizer: <m, v, step>,
+       round_num>
+  L = <user [U, N_l], adam_m [U, N_l], adam_v [U, N_l], adam_step [U]>: the
+      users' private embeddings and their Adam state, stored at the largest
+      width (a tier-a user uses its first N_a entries; the rest stay 0)
+  D = `client_data_type()`
+  M = <train_loss, num_examples, distillation_loss_before/after,
+       clients_per_width>
+"""
+
+import collections
+import dataclasses
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_fedrec import adam
+from tff_fedrec import distillation
+from tff_fedrec import dual_task_learning
+from tff_fedrec import hetero_models
+from tff_fedrec.aggregators import padded_sum
+
+AGGREGATIONS = ('padded', 'clustered')
+
+
+@dataclasses.dataclass(frozen=True)
+class HeteroConfig:
+  """What a round does (HeteFedRec Sec. IV, V.D and Table IV's ablations).
+
+  Attributes:
+    learning_rate: Adam's step for every parameter (0.001 in Sec. V.D).
+    dual_task: Unified dual-task learning (UDL, Eq. 11).
+    decorrelation_weight: alpha of Eq. 14 (DDR); 0 turns DDR off. The paper
+      sweeps 0.5 to 2.0 (Fig. 8) without naming its choice.
+    distillation_items: |V_kd| of Eq. 16; 0 turns RESKD off.
+    distillation_learning_rate: Step of Eq. 17's loss, Adam-like: every
+      distilled coordinate moves by this much (`distillation`, step_rule
+      'adam').
+    aggregation: 'padded' (Eq. 8) or 'clustered' (each tier alone).
+    seed: Seeds the distillation item subsets.
+  """
+
+  learning_rate: float = 0.001
+  dual_task: bool = True
+  decorrelation_weight: float = 1.0
+  distillation_items: int = 256
+  distillation_learning_rate: float = 0.001
+  aggregation: str = 'padded'
+  seed: int = 0
+
+  def __post_init__(self):
+    if self.aggregation not in AGGREGATIONS:
+      raise ValueError(
+          f'aggregation must be one of {AGGREGATIONS}; got '
+          f'{self.aggregation!r}.'
+      )
+
+
+def client_data_type() -> collections.OrderedDict:
+  """D: a group of users of one tier (ids as in `user_groups`)."""
+  return collections.OrderedDict(
+      tier=tff.TensorType(np.int32),
+      include=tff.TensorType(np.float32),
+      row_ids=tff.TensorType(np.int32, [None, None]),
+      num_rows=tff.TensorType(np.int32, [None]),
+      items=tff.TensorType(np.int32, [None, None]),
+      labels=tff.TensorType(np.float32, [None, None]),
+      num_examples=tff.TensorType(np.int32, [None]),
+  )
+
+
+def local_state_type(spec: hetero_models.HeteroSpec) -> tff.Type:
+  largest = spec.widths[-1]
+  return tff.to_type(
+      collections.OrderedDict(
+          user=tff.TensorType(np.float32, [None, largest]),
+          adam_m=tff.TensorType(np.float32, [None, largest]),
+          adam_v=tff.TensorType(np.float32, [None, largest]),
+          adam_step=tff.TensorType(np.float32, [None]),
+      )
+  )
+
+
+def initial_local_state(
+    spec: hetero_models.HeteroSpec, user_embedding: np.ndarray
+) -> collections.OrderedDict:
+  """One user's L before its first round (numpy)."""
+  return collections.OrderedDict(
+      user=np.asarray(user_embedding, np.float32),
+      adam_m=np.zeros([spec.widths[-1]], np.float32),
+      adam_v=np.zeros([spec.widths[-1]], np.float32),
+      adam_step=np.float32(0.0),
+  )
+
+
+def _type_of(structure) -> tff.Type:
+  return tff.to_type(
+      tf.nest.map_structure(
+          lambda x: tff.TensorType(np.asarray(x).dtype.type, np.shape(x)),
+          structure,
+      )
+  )
+
+
+def build_hetefedrec_process(
+    spec: hetero_models.HeteroSpec,
+    initial_params: collections.OrderedDict,
+    config: HeteroConfig,
+) -> tff.templates.IterativeProcess:
+  """Builds the process of the module docstring."""
+  widths = spec.widths
+  largest = widths[-1]
+  params_type = _type_of(initial_params)
+  local_type = local_state_type(spec)
+  data_type = tff.to_type(client_data_type())
+  table_upload_type = tff.TensorType(np.float32, [spec.num_items, None])
+  layers_type = params_type.score_layers
+  if config.aggregation == 'padded':
+    table_aggregation = padded_sum.PaddedSumFactory(widths).create(
+        table_upload_type
+    )
+  else:
+    table_aggregation = None
+  layer_aggregation = tff.aggregators.SumFactory().create(layers_type)
+
+  def tier_branch(tier, params, local, data):
+    width = widths[tier]
+
+    def run():
+      rows = tf.gather(params['item_tables'][tier], data['row_ids'])
+      row_mask = tf.sequence_mask(
+          data['num_rows'], tf.shape(data['row_ids'])[1], tf.float32
+      )
+      example_mask = tf.sequence_mask(
+          data['num_examples'], tf.shape(data['items'])[1], tf.float32
+      )
+      grads = dual_task_learning.client_gradients(
+          spec, tier, local['user'][:, :width], rows, row_mask,
+          data['items'], data['labels'], example_mask,
+          params['score_layers'], dual_task=config.dual_task,
+          decorrelation_weight=config.decorrelation_weight,
+      )
+      user, user_state = adam.apply(
+          local['user'][:, :width],
+          grads.user,
+          adam.AdamState(
+              m=local['adam_m'][:, :width],
+              v=local['adam_v'][:, :width],
+              step=local['adam_step'][:, None],
+          ),
+          learning_rate=config.learning_rate,
+      )
+      pad = lambda x: tf.pad(x, [[0, 0], [0, largest - width]])
+      new_local = collections.OrderedDict(
+          user=pad(user),
+          adam_m=pad(user_state.m),
+          adam_v=pad(user_state.v),
+          adam_step=user_state.step[:, 0],
+      )
+      real_rows = tf.cast(row_mask, tf.bool)
+      table_grad = tf.scatter_nd(
+          tf.expand_dims(tf.boolean_mask(data['row_ids'], real_rows), 1),
+          tf.boolean_mask(grads.item_rows, real_rows),
+          [spec.num_items, width],
+      )
+      return (new_local, table_grad * data['include'],
+              tf.nest.map_structure(lambda g: g * data['include'],
+                                    grads.score_layers),
+              grads.loss_sum, grads.num_examples)
+
+    return run
+
+  @tff.tensorflow.computation(params_type, local_type, data_type)
+  def client_update(params, local, data):
+    new_local, table_grad, layer_grads, loss_sum, num_examples = (
+        tf.switch_case(
+            data['tier'],
+            [tier_branch(t, params, local, data) for t in range(len(widths))],
+        )
+    )
+    if config.aggregation == 'padded':
+      table_upload = table_grad
+    else:
+      # Clustered: the upload lands in its own tier's table only.
+      table_upload = tuple(
+          tf.cond(
+              tf.equal(data['tier'], tier),
+              lambda: tf.reshape(table_grad, [spec.num_items, widths[tier]]),
+              lambda: tf.zeros([spec.num_items, widths[tier]]),
+          )
+          for tier in range(len(widths))
+      )
+    metrics = collections.OrderedDict(
+        loss_sum=loss_sum, num_examples=num_examples
+    )
+    return new_local, table_upload, layer_grads, metrics
+
+  @tff.tensorflow.computation
+  def initial_state():
+    params = tf.nest.map_structure(tf.constant, initial_params)
+    zeros = tf.nest.map_structure(tf.zeros_like, params)
+    return collections.OrderedDict(
+        parameters=params,
+        optimizer=collections.OrderedDict(
+            m=zeros, v=zeros, step=tf.constant(0.0)
+        ),
+        round_num=tf.constant(0, tf.int32),
+    )
+
+  server_state_type = initial_state.type_signature.result
+
+  @tff.tensorflow.computation(
+      server_state_type,
+      tff.to_type([tff.TensorType(np.float32, [spec.num_items, w])
+                   for w in widths]),
+      layers_type,
+  )
+  def server_update(state, table_grads, layer_grads):
+    # The same nest as the parameters, whatever sequence types TFF returns.
+    grads = tf.nest.pack_sequence_as(
+        state['optimizer']['m'],
+        tf.nest.flatten(
+            collections.OrderedDict(
+                item_tables=list(table_grads), score_layers=list(layer_grads)
+            )
+        ),
+    )
+    params, optimizer = adam.apply(
+        state['parameters'],
+        grads,
+        adam.AdamState(**state['optimizer']),
+        learning_rate=config.learning_rate,
+    )
+    tables = list(params['item_tables'])
+    loss_before = loss_after = tf.zeros([len(widths)])
+    if config.distillation_items:
+      item_ids = tf.random.experimental.stateless_shuffle(
+          tf.range(spec.num_items),
+          seed=tf.stack([tf.constant(config.seed, tf.int64),
+                         tf.cast(state['round_num'], tf.int64)]),
+      )[: min(config.distillation_items, spec.num_items)]
+      result = distillation.ensemble_distillation(
+          tables, item_ids,
+          learning_rate=config.distillation_learning_rate,
+          step_rule='adam',
+      )
+      tables = list(result.tables)
+      loss_before = tf.stack(result.loss_before)
+      loss_after = tf.stack(result.loss_after)
+    params = collections.OrderedDict(
+        item_tables=tables, score_layers=params['score_layers']
+    )
+    new_state = collections.OrderedDict(
+        parameters=params,
+        optimizer=collections.OrderedDict(
+            m=optimizer.m, v=optimizer.v, step=optimizer.step
+        ),
+        round_num=state['round_num'] + 1,
+    )
+    return new_state, loss_before, loss_after
+
+  @tff.federated_computation
+  def initialize():
+    return tff.federated_eval(initial_state, tff.SERVER)
+
+  @tff.tensorflow.computation(np.float32, np.float32)
+  def safe_divide(numerator, denominator):
+    return tf.math.divide_no_nan(numerator, denominator)
+
+  @tff.federated_computation(
+      tff.FederatedType(server_state_type, tff.SERVER),
+      tff.FederatedType(local_type, tff.CLIENTS),
+      tff.FederatedType(data_type, tff.CLIENTS),
+  )
+  def next_fn(server_state, local_states, client_data):
+    new_locals, table_uploads, layer_grads, client_metrics = tff.federated_map(
+        client_update,
+        (
+            tff.federated_broadcast(server_state.parameters),
+            local_states,
+            client_data,
+        ),
+    )
+    if table_aggregation is not None:
+      table_output = table_aggregation.next(
+          table_aggregation.initialize(), table_uploads
+      )
+      table_sums = table_output.result
+      clients_per_width = table_output.measurements.clients_per_width
+    else:
+      table_sums = tff.federated_sum(table_uploads)
+      clients_per_width = tff.federated_value(
+          np.zeros([len(widths)], np.int32), tff.SERVER
+      )
+    layer_output = layer_aggregation.next(
+        layer_aggregation.initialize(), layer_grads
+    )
+    new_state, loss_before, loss_after = tff.federated_map(
+        server_update, (server_state, table_sums, layer_output.result)
+    )
+    loss_sum = tff.federated_sum(client_metrics.loss_sum)
+    num_examples = tff.federated_sum(client_metrics.num_examples)
+    metrics = tff.federated_zip(
+        collections.OrderedDict(
+            train_loss=tff.federated_map(safe_divide, (loss_sum, num_examples)),
+            num_examples=num_examples,
+            distillation_loss_before=loss_before,
+            distillation_loss_after=loss_after,
+            clients_per_width=clients_per_width,
+        )
+    )
+    return new_state, new_locals, metrics
+
+  return tff.templates.IterativeProcess(initialize, next_fn)
+
+
+@dataclasses.dataclass(frozen=True)
+class HeteroMethod:
+  """A built heterogeneous method.
+
+  Attributes:
+    spec: The three tiers' model sizes.
+    config: What a round does.
+    initial_parameters: `hetero_models.initial_parameters`.
+    process: `build_hetefedrec_process`'s IterativeProcess.
+    model_tier: The model tier a client of each data tier (small, medium,
+      large by amount of data) trains.
+    included: Whether each data tier's uploads reach the server.
+  """
+
+  spec: hetero_models.HeteroSpec
+  config: HeteroConfig
+  initial_parameters: collections.OrderedDict
+  process: tff.templates.IterativeProcess
+  model_tier: tuple[int, int, int] = (0, 1, 2)
+  included: tuple[bool, bool, bool] = (True, True, True)
+
+
+def _build(spec, config, seed, **kwargs) -> HeteroMethod:
+  params = hetero_models.initial_parameters(spec, seed)
+  return HeteroMethod(
+      spec=spec,
+      config=config,
+      initial_parameters=params,
+      process=build_hetefedrec_process(spec, params, config),
+      **kwargs,
+  )
+
+
+def _plain(config: HeteroConfig, **changes) -> HeteroConfig:
+  """`config` without UDL, DDR and RESKD (a plain FedRec per tier)."""
+  return dataclasses.replace(
+      config, dual_task=False, decorrelation_weight=0.0,
+      distillation_items=0, **changes,
+  )
+
+
+def build_hetefedrec(*, spec, config=HeteroConfig(), seed=0) -> HeteroMethod:
+  """HeteFedRec (Algorithm 1); `config` selects Table IV's ablations."""
+  return _build(spec, config, seed)
+
+
+def build_direct_aggregate(*, spec, config=HeteroConfig(), seed=0):
+  """'Directly Aggregate' (Sec. V.C): Eq. 8 without UDL, DDR and RESKD."""
+  return _build(spec, _plain(config), seed)
+
+
+def build_clustered(*, spec, config=HeteroConfig(), seed=0):
+  """'Clustered FedRec' (Sec. V.C): each tier aggregates only its own."""
+  return _build(spec, _plain(config, aggregation='clustered'), seed)
+
+
+def build_all_small(*, spec, config=HeteroConfig(), seed=0):
+  """'All Small' (Sec. V.C): every client trains the small model."""
+  return _build(spec, _plain(config), seed, model_tier=(0, 0, 0))
+
+
+def build_all_large(*, spec, config=HeteroConfig(), seed=0):
+  """'All Large' (Sec. V.C): every client trains the large model."""
+  return _build(spec, _plain(config), seed, model_tier=(2, 2, 2))
+
+
+def build_all_large_exclusive(*, spec, config=HeteroConfig(), seed=0):
+  """'All Large/Exclusive' (Sec. V.C): large models everywhere, but the
+  uploads of the clients with little data (the small data tier) are
+  dropped; those clients still train their own user embedding."""
+  return _build(
+      spec, _plain(config), seed, model_tier=(2, 2, 2),
+      included=(False, True, True),
+  )

@@ -1,0 +1,147 @@
+"""A HeteFedRec client's update: unified dual-task learning with decorrelation.
+
+For a client of tier a (Yuan et al., ICDE 2024, Sec. IV.B), with its private
+u_i [N_a], the rows of V_a for the items in its data and the scorers
+Theta_b of every tier b <= a:
+
+- Eq. 2: L(u, V, Theta) = sum over the client's examples of the binary
+  cross-entropy of sigmoid(FFN_Theta([u ; v_j])) against r_ij (for
+  Fed-LightGCN, u propagated on the local graph first,
+  `hetero_models.user_representation`).
+- Eq. 11 (unified dual-task learning, UDL): L_a = sum_{b <= a}
+  L(u[:N_b], V_a[:, :N_b], Theta_b); without UDL only the b = a term.
+- Eq. 14 (dimensional decorrelation, DDR): L'_a = L_a + alpha L_reg(V_a)
+  for the medium and large tiers, L_reg of Eq. 13
+  (`decorrelation.decorrelation_loss`) taken over the rows of the items in
+  the client's data, the part of V_a its update touches.
+
+Algorithm 1 (lines 16-26) computes one gradient per round on the client's
+whole data: of u_i (updated on the device, Eq. 3), of V_a and of each
+Theta_b (uploaded). `client_gradients` does this for U clients of one tier at
+once: the clients' losses are independent, so the gradient of their sum is
+each client's gradient for u and the sum of the clients' gradients for the
+public parameters, which the server sums anyway (Eq. 8, Eq. 15).
+"""
+
+import collections
+
+import tensorflow as tf
+
+from tff_fedrec import decorrelation
+from tff_fedrec import hetero_models
+
+ClientGradients = collections.namedtuple(
+    'ClientGradients',
+    ['user', 'item_rows', 'score_layers', 'loss_sum', 'num_examples'],
+)
+
+
+def tier_terms(tier: int, dual_task: bool) -> tuple[int, ...]:
+  """The tiers b whose scorer enters L_a (Eq. 11)."""
+  return tuple(range(tier + 1)) if dual_task else (tier,)
+
+
+def client_losses(
+    spec: hetero_models.HeteroSpec,
+    tier: int,
+    user: tf.Tensor,
+    rows: tf.Tensor,
+    row_mask: tf.Tensor,
+    items: tf.Tensor,
+    labels: tf.Tensor,
+    example_mask: tf.Tensor,
+    score_layers,
+    *,
+    dual_task: bool,
+    decorrelation_weight: float,
+) -> tf.Tensor:
+  """L'_a of Eq. 14 for U clients of tier `tier`; returns [U].
+
+  Args:
+    spec: The tiers' sizes.
+    tier: a, 0 (small), 1 (medium) or 2 (large).
+    user: [U, N_a] private embeddings.
+    rows: [U, T, N_a] each client's rows of V_a (its items, padded).
+    row_mask: [U, T] 1 for real rows.
+    items: int32 [U, n] each example's row in `rows`.
+    labels: [U, n] r_ij in {0, 1}.
+    example_mask: [U, n] 1 for real examples.
+    score_layers: (Theta_s, Theta_m, Theta_l), lists of {kernel, bias}.
+    dual_task: Eq. 11's UDL; False trains Theta_a on the full width only.
+    decorrelation_weight: alpha of Eq. 14 (used for tiers 1 and 2).
+  """
+  vectors = tf.gather(rows, items, batch_dims=1)
+  if spec.model != 'ncf':
+    # The local graph: rows of the items with a positive example.
+    num_users, num_rows = tf.shape(rows)[0], tf.shape(rows)[1]
+    user_index = tf.broadcast_to(tf.range(num_users)[:, None], tf.shape(items))
+    positives = tf.scatter_nd(
+        tf.stack([user_index, items], -1), labels * example_mask,
+        [num_users, num_rows],
+    )
+    neighbors = tf.cast(positives > 0, rows.dtype) * row_mask
+    user = hetero_models.user_representation(
+        spec, user, tf.einsum('ut,utn->un', neighbors, rows),
+        tf.reduce_sum(neighbors, axis=1),
+    )
+  total = tf.zeros(tf.shape(user)[:1])
+  for term in tier_terms(tier, dual_task):
+    width = spec.widths[term]
+    term_logits = hetero_models.logits(
+        user[:, :width], vectors[..., :width], score_layers[term]
+    )
+    losses = tf.nn.sigmoid_cross_entropy_with_logits(
+        labels=labels, logits=term_logits
+    )
+    total += tf.reduce_sum(losses * example_mask, axis=1)
+  if tier > 0 and decorrelation_weight:
+    total += decorrelation_weight * decorrelation.decorrelation_loss(
+        rows, row_mask
+    )
+  return total
+
+
+def client_gradients(
+    spec: hetero_models.HeteroSpec,
+    tier: int,
+    user: tf.Tensor,
+    rows: tf.Tensor,
+    row_mask: tf.Tensor,
+    items: tf.Tensor,
+    labels: tf.Tensor,
+    example_mask: tf.Tensor,
+    score_layers,
+    *,
+    dual_task: bool,
+    decorrelation_weight: float,
+) -> ClientGradients:
+  """Gradients of sum_i L'_{a,i} (see `client_losses` for the arguments).
+
+  Returns `ClientGradients(user [U, N_a], item_rows [U, T, N_a],
+  score_layers (3 tiers; zeros for tiers not in L_a), loss_sum, num_examples)`
+  where loss_sum is the Eq. 2 part summed over the clients' examples, for
+  reporting.
+  """
+  with tf.GradientTape() as tape:
+    tape.watch([user, rows, score_layers])
+    losses = client_losses(
+        spec, tier, user, rows, row_mask, items, labels, example_mask,
+        score_layers, dual_task=dual_task,
+        decorrelation_weight=decorrelation_weight,
+    )
+    total = tf.reduce_sum(losses)
+  user_grad, row_grads, layer_grads = tape.gradient(
+      total, (user, rows, score_layers),
+      unconnected_gradients=tf.UnconnectedGradients.ZERO,
+  )
+  report = client_losses(
+      spec, tier, user, rows, row_mask, items, labels, example_mask,
+      score_layers, dual_task=False, decorrelation_weight=0.0,
+  )
+  return ClientGradients(
+      user=user_grad,
+      item_rows=row_grads,
+      score_layers=layer_grads,
+      loss_sum=tf.reduce_sum(report),
+      num_examples=tf.reduce_sum(example_mask),
+  )

@@ -1,0 +1,142 @@
+"""Eq. 11 and Eq. 14 against a hand-written reference, one client at a time."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tff_fedrec import dual_task_learning
+from tff_fedrec import hetero_models
+
+_SPEC = hetero_models.HeteroSpec(num_items=9, widths=(2, 3, 5),
+                                 hidden_units=(4,))
+
+
+def _mlp(x, layers):
+  hidden = x
+  for index, layer in enumerate(layers):
+    hidden = hidden @ layer['kernel'] + layer['bias']
+    if index < len(layers) - 1:
+      hidden = tf.nn.relu(hidden)
+  return hidden[:, 0]
+
+
+def _reference_loss(tier, user, table, items, labels, layers, dual_task,
+                    alpha, spec=_SPEC):
+  """L'_a for ONE client: sum over b of sum over examples of BCE, written
+  with the concatenation [u ; v] explicitly, plus alpha * ||corr||_F / N.
+  For LightGCN u is first averaged with its positives' mean-by-sqrt sum."""
+  terms = range(tier + 1) if dual_task else [tier]
+  total = 0.0
+  if spec.model == 'lightgcn':
+    neighbors = np.unique(items[labels > 0])
+    user = 0.5 * (user + tf.reduce_sum(tf.gather(table, neighbors), 0)
+                  / np.sqrt(max(len(neighbors), 1)))
+  for b in terms:
+    width = _SPEC.widths[b]
+    u = tf.tile(user[None, :width], [len(items), 1])
+    v = tf.gather(table, items)[:, :width]
+    p = tf.sigmoid(_mlp(tf.concat([u, v], 1), layers[b]))
+    total += -tf.reduce_sum(
+        labels * tf.math.log(p) + (1 - labels) * tf.math.log(1 - p)
+    )
+  if tier > 0 and alpha:
+    rows = tf.gather(table, np.unique(items))
+    z = (rows - tf.reduce_mean(rows, 0)) / tf.math.reduce_std(rows, 0)
+    corr = tf.transpose(z) @ z / tf.cast(tf.shape(rows)[0], tf.float32)
+    total += alpha * tf.norm(corr) / table.shape[1]
+  return total
+
+
+def _client(seed, tier, n):
+  rng = np.random.default_rng(seed)
+  width = _SPEC.widths[tier]
+  items = rng.integers(0, _SPEC.num_items, n).astype(np.int32)
+  labels = (rng.random(n) < 0.4).astype(np.float32)
+  table = rng.normal(size=(_SPEC.num_items, width)).astype(np.float32)
+  user = rng.normal(size=width).astype(np.float32)
+  return user, table, items, labels
+
+
+def _group(clients):
+  """Pads clients into the batched layout of `client_gradients`."""
+  row_ids = [np.unique(items) for _, _, items, _ in clients]
+  t = max(len(r) for r in row_ids)
+  n = max(len(items) for _, _, items, _ in clients)
+  rows = np.zeros([len(clients), t, clients[0][1].shape[1]], np.float32)
+  local = np.zeros([len(clients), n], np.int32)
+  labels = np.zeros([len(clients), n], np.float32)
+  example_mask = np.zeros([len(clients), n], np.float32)
+  row_mask = np.zeros([len(clients), t], np.float32)
+  for c, ((_, table, items, y), ids) in enumerate(zip(clients, row_ids)):
+    rows[c, : len(ids)] = table[ids]
+    row_mask[c, : len(ids)] = 1
+    local[c, : len(items)] = np.searchsorted(ids, items)
+    labels[c, : len(items)] = y
+    example_mask[c, : len(items)] = 1
+  users = np.stack([u for u, *_ in clients])
+  return users, rows, row_mask, local, labels, example_mask, row_ids
+
+
+@pytest.mark.parametrize('model', ['ncf', 'lightgcn'])
+@pytest.mark.parametrize('tier', [0, 1, 2])
+@pytest.mark.parametrize('dual_task, alpha', [(True, 0.7), (False, 0.0),
+                                              (True, 0.0)])
+def test_gradients_match_the_reference_per_client(tier, dual_task, alpha,
+                                                  model):
+  spec = dataclasses.replace(_SPEC, model=model)
+  params = hetero_models.initial_parameters(_SPEC, seed=3)
+  layers = tf.nest.map_structure(tf.constant, params['score_layers'])
+  clients = [_client(10 + c, tier, n) for c, n in enumerate([7, 4])]
+  users, rows, row_mask, local, labels, example_mask, row_ids = _group(
+      clients
+  )
+
+  got = dual_task_learning.client_gradients(
+      spec, tier, tf.constant(users), tf.constant(rows),
+      tf.constant(row_mask), tf.constant(local), tf.constant(labels),
+      tf.constant(example_mask), layers, dual_task=dual_task,
+      decorrelation_weight=alpha,
+  )
+
+  layer_sum = None
+  for c, (user, table, items, y) in enumerate(clients):
+    user_v, table_v = tf.Variable(user), tf.Variable(table)
+    with tf.GradientTape() as tape:
+      tape.watch(layers)
+      loss = _reference_loss(tier, user_v, table_v, items, y, layers,
+                             dual_task, alpha, spec)
+    g_user, g_table, g_layers = tape.gradient(
+        loss, (user_v, table_v, layers),
+        unconnected_gradients=tf.UnconnectedGradients.ZERO,
+    )
+    np.testing.assert_allclose(got.user[c], g_user, rtol=1e-4, atol=1e-5)
+    ids = row_ids[c]
+    np.testing.assert_allclose(
+        got.item_rows[c, : len(ids)], tf.convert_to_tensor(g_table).numpy()[ids],
+        rtol=1e-4, atol=1e-5,
+    )
+    # Padding rows get no gradient.
+    assert not np.any(got.item_rows[c, len(ids):])
+    layer_sum = g_layers if layer_sum is None else tf.nest.map_structure(
+        tf.add, layer_sum, g_layers)
+  # The scorers' gradients are summed over the clients (Eq. 15).
+  tf.nest.map_structure(
+      lambda g, e: np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-5),
+      got.score_layers, layer_sum,
+  )
+  trained = dual_task_learning.tier_terms(tier, dual_task)
+  for b in range(3):
+    moved = any(np.any(leaf != 0) for leaf in tf.nest.flatten(
+        got.score_layers[b]))
+    assert moved == (b in trained)
+  assert float(got.num_examples) == 11.0
+
+
+def test_dual_task_trains_the_small_prefix_of_a_large_client():
+  # Without UDL a large client's loss does not involve Theta_s at all; with
+  # it, Theta_s gets a gradient through V_l[:, :N_s] and u[:N_s].
+  assert dual_task_learning.tier_terms(2, True) == (0, 1, 2)
+  assert dual_task_learning.tier_terms(2, False) == (2,)
+  assert dual_task_learning.tier_terms(0, True) == (0,)
