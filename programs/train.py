@@ -140,6 +140,15 @@ _MODEL = flags.DEFINE_enum(
     'Tiered methods: base model, Fed-NCF or Fed-LightGCN (one propagation '
     'layer on each user\'s local graph).',
 )
+_USER_OPTIMIZER = flags.DEFINE_enum(
+    'user_optimizer', 'sgd', ['sgd', 'adam'],
+    'Tiered methods: how a client moves its private user embedding: sgd is '
+    'HeteFedRec\'s Eq. 3; adam keeps Adam moments in the client state.',
+)
+_USER_LR = flags.DEFINE_float(
+    'user_learning_rate', 0.001,
+    'Tiered methods: learning rate of the private user embedding.',
+)
 _DUAL_TASK = flags.DEFINE_bool(
     'dual_task', True, 'hetefedrec: unified dual-task learning (Eq. 11).'
 )
@@ -338,6 +347,8 @@ def _run_hetero() -> dict:
       decorrelation_weight=_DECORRELATION_WEIGHT.value,
       distillation_items=_DISTILLATION_ITEMS.value,
       distillation_learning_rate=_DISTILLATION_LR.value,
+      user_optimizer=_USER_OPTIMIZER.value,
+      user_learning_rate=_USER_LR.value,
       seed=_SEED.value,
   )
   if _CLIENTS_PER_ROUND.value is None and _CLIENT_FRACTION.value is None:

@@ -6,8 +6,8 @@ embedding u_i [N_a] (`hetero_models`). Algorithm 1, one round:
 
   clients (`dual_task_learning.client_gradients`): one gradient of L'_a
     (Eq. 11 unified dual-task learning + Eq. 14 decorrelation) on all their
-    data; u_i takes an Adam step on the device (Eq. 3); the gradients of
-    V_a and of Theta_b (b <= a) are uploaded.
+    data; u_i takes a gradient step on the device (Eq. 3; or Adam); the
+    gradients of V_a and of Theta_b (b <= a) are uploaded.
   server: padding-aware sums of the V gradients (Eq. 7-8,
     `aggregators.padded_sum.PaddedSumFactory`: small and medium slices
     include the large clients' first dimensions), sums of each Theta_b's
@@ -51,6 +51,7 @@ from tff_fedrec import hetero_models
 from tff_fedrec.aggregators import padded_sum
 
 AGGREGATIONS = ('padded', 'clustered')
+USER_OPTIMIZERS = ('sgd', 'adam')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +68,9 @@ class HeteroConfig:
       distilled coordinate moves by this much (`distillation`, step_rule
       'adam').
     aggregation: 'padded' (Eq. 8) or 'clustered' (each tier alone).
+    user_optimizer: How a client moves its private u_i: 'sgd' is Eq. 3,
+      u <- u - lr_u grad; 'adam' keeps Adam moments in the client state.
+    user_learning_rate: lr_u.
     seed: Seeds the distillation item subsets.
   """
 
@@ -76,9 +80,16 @@ class HeteroConfig:
   distillation_items: int = 256
   distillation_learning_rate: float = 0.001
   aggregation: str = 'padded'
+  user_optimizer: str = 'sgd'
+  user_learning_rate: float = 0.001
   seed: int = 0
 
   def __post_init__(self):
+    if self.user_optimizer not in USER_OPTIMIZERS:
+      raise ValueError(
+          f'user_optimizer must be one of {USER_OPTIMIZERS}; got '
+          f'{self.user_optimizer!r}.'
+      )
     if self.aggregation not in AGGREGATIONS:
       raise ValueError(
           f'aggregation must be one of {AGGREGATIONS}; got '
@@ -170,16 +181,18 @@ def build_hetefedrec_process(
           params['score_layers'], dual_task=config.dual_task,
           decorrelation_weight=config.decorrelation_weight,
       )
-      user, user_state = adam.apply(
-          local['user'][:, :width],
-          grads.user,
-          adam.AdamState(
-              m=local['adam_m'][:, :width],
-              v=local['adam_v'][:, :width],
-              step=local['adam_step'][:, None],
-          ),
-          learning_rate=config.learning_rate,
+      user_state = adam.AdamState(
+          m=local['adam_m'][:, :width],
+          v=local['adam_v'][:, :width],
+          step=local['adam_step'][:, None],
       )
+      if config.user_optimizer == 'adam':
+        user, user_state = adam.apply(
+            local['user'][:, :width], grads.user, user_state,
+            learning_rate=config.user_learning_rate,
+        )
+      else:
+        user = local['user'][:, :width] - config.user_learning_rate * grads.user
       pad = lambda x: tf.pad(x, [[0, 0], [0, largest - width]])
       new_local = collections.OrderedDict(
           user=pad(user),

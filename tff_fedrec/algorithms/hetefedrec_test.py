@@ -106,8 +106,12 @@ def _expected_round(method, groups, locals_in):
         lambda s, g: s + data['include'] * g.numpy(), layer_sums,
         grads.score_layers)
     user = local['user'].copy()
-    user[:, :width] = _first_adam_step(
-        user[:, :width], grads.user.numpy(), method.config.learning_rate)
+    if method.config.user_optimizer == 'adam':
+      user[:, :width] = _first_adam_step(
+          user[:, :width], grads.user.numpy(),
+          method.config.user_learning_rate)
+    else:  # Eq. 3.
+      user[:, :width] -= method.config.user_learning_rate * grads.user.numpy()
     users_out.append(user)
   lr = method.config.learning_rate
   tables = [_first_adam_step(t, g, lr)
@@ -134,7 +138,9 @@ def _setup():
     dataclasses.replace(_NO_DISTILLATION, dual_task=False),
     dataclasses.replace(_NO_DISTILLATION, aggregation='clustered',
                         dual_task=False, decorrelation_weight=0.0),
-], ids=['hetefedrec', 'no_udl', 'clustered'])
+    dataclasses.replace(_NO_DISTILLATION, user_optimizer='adam',
+                        user_learning_rate=0.02),
+], ids=['hetefedrec', 'no_udl', 'clustered', 'adam_users'])
 def test_one_round_matches_the_round_written_out(config):
   method = hetefedrec.build_hetefedrec(spec=_SPEC, config=config, seed=0)
   groups, locals_in = _setup()
@@ -152,8 +158,9 @@ def test_one_round_matches_the_round_written_out(config):
   )
   for local, want in zip(locals_out, users):
     np.testing.assert_allclose(local['user'], want, rtol=1e-5, atol=1e-6)
-    np.testing.assert_array_equal(local['adam_step'],
-                                  np.ones(len(want), np.float32))
+    np.testing.assert_array_equal(
+        local['adam_step'],
+        np.full(len(want), config.user_optimizer == 'adam', np.float32))
   assert int(state['round_num']) == 1
   assert float(metrics['num_examples']) == 18.0
   if config.aggregation == 'padded':
