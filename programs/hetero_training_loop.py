@@ -71,7 +71,7 @@ def round_users(num_users: int, config: HeteroLoopConfig, round_num: int):
   return np.sort(queue[start : start + config.clients_per_round])
 
 
-def _csr_rows(offsets, values, users):
+def csr_rows(offsets, values, users):
   """The CSR rows of `users` as a new (offsets, values) pair."""
   counts = offsets[users + 1] - offsets[users]
   new_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
@@ -84,10 +84,10 @@ def _csr_rows(offsets, values, users):
 def round_examples(data, config, round_num, users):
   """The users' training examples of the round (positives + negatives)."""
   rng = np.random.default_rng([config.seed, round_num])
-  train_offsets, train_items = _csr_rows(
+  train_offsets, train_items = csr_rows(
       data.train_offsets, data.train_items, users
   )
-  interacted_offsets, interacted_items = _csr_rows(
+  interacted_offsets, interacted_items = csr_rows(
       data.interacted_offsets, data.interacted_items, users
   )
   return preprocessing.sample_training_examples(
@@ -119,6 +119,50 @@ def bytes_per_client(method: hetefedrec.HeteroMethod) -> dict:
         'download': float(size),
         'upload': float(size if method.included[data_tier] else 0),
     }
+  return result
+
+
+def popularity_metrics(
+    data: preprocessing.RandomSplitData, tier_ratio, k: int = 20
+) -> dict:
+  """Recall@k / NDCG@k of the training-popularity ranking, overall and per
+  tier (users weighted equally, as in `hetero_training_loop`)."""
+  popularity = np.bincount(
+      data.train_items, minlength=data.num_items
+  ).astype(np.float32)
+  data_tier = tiers.assign_tiers_by_interactions(
+      np.diff(data.train_offsets), tier_ratio
+  )
+  result = {'per_tier': {}}
+  totals = np.zeros(3)
+  for tier, name in enumerate(tiers.TIER_NAMES):
+    users = np.flatnonzero(data_tier == tier)
+    if not users.size:
+      continue
+    train_offsets, train_items = csr_rows(
+        data.train_offsets, data.train_items, users
+    )
+    exclude = np.zeros([users.size, data.num_items], bool)
+    exclude[
+        np.repeat(np.arange(users.size), np.diff(train_offsets)), train_items
+    ] = True
+    test_offsets, test_items = csr_rows(
+        data.test_offsets, data.test_items, users
+    )
+    scores = metrics.full_ranking_metrics(
+        np.broadcast_to(popularity, exclude.shape),
+        exclude_mask=exclude, test_offsets=test_offsets,
+        test_items=test_items, k=k,
+    )
+    evaluated = np.count_nonzero(np.diff(test_offsets))
+    result['per_tier'][name] = {
+        f'recall@{k}': scores['recall'], f'ndcg@{k}': scores['ndcg'],
+        'users': int(evaluated),
+    }
+    totals += [scores['recall'] * evaluated, scores['ndcg'] * evaluated,
+               evaluated]
+  result[f'recall@{k}'] = totals[0] / totals[2]
+  result[f'ndcg@{k}'] = totals[1] / totals[2]
   return result
 
 
@@ -264,7 +308,7 @@ class HeteroTrainingRun:
     width = self._method.spec.widths[tier]
     table = np.asarray(params['item_tables'][tier])
     # Fed-LightGCN's local graph: the user's training items.
-    offsets, items = _csr_rows(
+    offsets, items = csr_rows(
         self._data.train_offsets, self._data.train_items, users
     )
     neighbor_sum = np.zeros([users.size, width], np.float32)
@@ -292,14 +336,14 @@ class HeteroTrainingRun:
         continue
       scores = self.scores(data_tier, users)
       exclude = np.zeros(scores.shape, bool)
-      train_offsets, train_items = _csr_rows(
+      train_offsets, train_items = csr_rows(
           data.train_offsets, data.train_items, users
       )
       exclude[
           np.repeat(np.arange(users.size), np.diff(train_offsets)),
           train_items,
       ] = True
-      test_offsets, test_items = _csr_rows(
+      test_offsets, test_items = csr_rows(
           data.test_offsets, data.test_items, users
       )
       result = metrics.full_ranking_metrics(

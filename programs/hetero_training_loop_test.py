@@ -3,6 +3,7 @@ import numpy as np
 from tff_fedrec import hetero_models
 from tff_fedrec.algorithms import hetefedrec
 from tff_fedrec.programs import hetero_training_loop
+from tff_fedrec.tasks import preprocessing
 
 
 def _config(**kwargs):
@@ -50,3 +51,41 @@ def test_bytes_per_client_follow_table_iii():
   )
   assert exclusive['small']['upload'] == 0
   assert exclusive['small']['download'] == table(8) + theta(8)
+
+
+def test_popular_items_are_recommended_and_training_items_are_not():
+  # 3 items; item 2 is the most trained, then item 0. Users: u0 trained on
+  # items 0 and 2 and tests on 1 (the only item left, rank 1); u1 trained on
+  # 2 and tests on 0 (rank 1 of the remaining 0, 1); u2 trained on 0 and 2,
+  # tests on 1.
+  data = preprocessing.RandomSplitData(
+      num_users=3, num_items=3, user_ids=np.arange(3), item_ids=np.arange(3),
+      train_offsets=np.array([0, 2, 3, 5]),
+      train_items=np.array([0, 2, 2, 0, 2], np.int32),
+      test_offsets=np.array([0, 1, 2, 3]),
+      test_items=np.array([1, 0, 1], np.int32),
+      interacted_offsets=np.array([0, 3, 5, 8]),
+      interacted_items=np.array([0, 1, 2, 0, 2, 0, 1, 2], np.int32),
+  )
+  result = hetero_training_loop.popularity_metrics(data, (1, 1, 1), k=1)
+  # Every user's single test item is the top remaining item.
+  assert result['recall@1'] == 1.0 and result['ndcg@1'] == 1.0
+  assert sum(t['users'] for t in result['per_tier'].values()) == 3
+
+
+def test_a_test_item_below_the_cut_off_is_missed():
+  # One user trained on item 0, tests on item 2, but item 1 is more popular
+  # among the others and takes the single slot.
+  data = preprocessing.RandomSplitData(
+      num_users=3, num_items=3, user_ids=np.arange(3), item_ids=np.arange(3),
+      train_offsets=np.array([0, 1, 2, 3]),
+      train_items=np.array([0, 1, 1], np.int32),
+      test_offsets=np.array([0, 1, 2, 3]),
+      test_items=np.array([2, 2, 2], np.int32),
+      interacted_offsets=np.array([0, 2, 4, 6]),
+      interacted_items=np.array([0, 2, 1, 2, 1, 2], np.int32),
+  )
+  result = hetero_training_loop.popularity_metrics(data, (1, 1, 1), k=1)
+  # User 0 gets item 1 (missed); users 1 and 2 have only items 0, 2 left and
+  # item 0 (1 interaction) beats item 2 (0): missed too.
+  assert result['recall@1'] == 0.0
