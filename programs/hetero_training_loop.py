@@ -122,19 +122,21 @@ def bytes_per_client(method: hetefedrec.HeteroMethod) -> dict:
   return result
 
 
-def popularity_metrics(
-    data: preprocessing.RandomSplitData, tier_ratio, k: int = 20
+def tiered_ranking_metrics(
+    data: preprocessing.RandomSplitData,
+    data_tier: np.ndarray,
+    score_users: Callable[..., np.ndarray],
+    k: int = TOP_K,
 ) -> dict:
-  """Recall@k / NDCG@k of the training-popularity ranking, overall and per
-  tier (users weighted equally, as in `hetero_training_loop`)."""
-  popularity = np.bincount(
-      data.train_items, minlength=data.num_items
-  ).astype(np.float32)
-  data_tier = tiers.assign_tiers_by_interactions(
-      np.diff(data.train_offsets), tier_ratio
-  )
-  result = {'per_tier': {}}
-  totals = np.zeros(3)
+  """Recall@k / NDCG@k by full ranking over each user's non-training items,
+  per data tier and overall (every evaluated user weighs the same).
+
+  `score_users(data_tier, users, train_offsets, train_items)` returns the
+  scores [len(users), I] of the tier's users; train_offsets / train_items
+  are their training items in CSR form.
+  """
+  per_tier = {}
+  totals = collections.Counter()
   for tier, name in enumerate(tiers.TIER_NAMES):
     users = np.flatnonzero(data_tier == tier)
     if not users.size:
@@ -142,28 +144,52 @@ def popularity_metrics(
     train_offsets, train_items = csr_rows(
         data.train_offsets, data.train_items, users
     )
-    exclude = np.zeros([users.size, data.num_items], bool)
+    scores = score_users(tier, users, train_offsets, train_items)
+    exclude = np.zeros(scores.shape, bool)
     exclude[
         np.repeat(np.arange(users.size), np.diff(train_offsets)), train_items
     ] = True
     test_offsets, test_items = csr_rows(
         data.test_offsets, data.test_items, users
     )
-    scores = metrics.full_ranking_metrics(
-        np.broadcast_to(popularity, exclude.shape),
-        exclude_mask=exclude, test_offsets=test_offsets,
+    result = metrics.full_ranking_metrics(
+        scores, exclude_mask=exclude, test_offsets=test_offsets,
         test_items=test_items, k=k,
     )
-    evaluated = np.count_nonzero(np.diff(test_offsets))
-    result['per_tier'][name] = {
-        f'recall@{k}': scores['recall'], f'ndcg@{k}': scores['ndcg'],
-        'users': int(evaluated),
+    evaluated = int(np.count_nonzero(np.diff(test_offsets)))
+    per_tier[name] = {
+        f'recall@{k}': result['recall'],
+        f'ndcg@{k}': result['ndcg'],
+        'users': evaluated,
     }
-    totals += [scores['recall'] * evaluated, scores['ndcg'] * evaluated,
-               evaluated]
-  result[f'recall@{k}'] = totals[0] / totals[2]
-  result[f'ndcg@{k}'] = totals[1] / totals[2]
-  return result
+    totals['users'] += evaluated
+    totals['recall'] += result['recall'] * evaluated
+    totals['ndcg'] += result['ndcg'] * evaluated
+  return {
+      f'recall@{k}': totals['recall'] / totals['users'],
+      f'ndcg@{k}': totals['ndcg'] / totals['users'],
+      'per_tier': per_tier,
+  }
+
+
+def popularity_metrics(
+    data: preprocessing.RandomSplitData, tier_ratio, k: int = TOP_K
+) -> dict:
+  """`tiered_ranking_metrics` of the training-popularity ranking."""
+  popularity = np.bincount(
+      data.train_items, minlength=data.num_items
+  ).astype(np.float32)
+  data_tier = tiers.assign_tiers_by_interactions(
+      np.diff(data.train_offsets), tier_ratio
+  )
+  return tiered_ranking_metrics(
+      data,
+      data_tier,
+      lambda tier, users, *_: np.broadcast_to(
+          popularity, [users.size, data.num_items]
+      ),
+      k,
+  )
 
 
 class HeteroTrainingRun:
@@ -301,24 +327,22 @@ class HeteroTrainingRun:
     record['seconds'] = time.perf_counter() - start
     return record
 
-  def scores(self, data_tier: int, users: np.ndarray) -> np.ndarray:
-    """Scores [len(users), I] of each user's own model (its model tier)."""
+  def scores(self, data_tier, users, train_offsets, train_items):
+    """Scores [len(users), I] of each user's own model (its model tier);
+    the users' training items (CSR) are Fed-LightGCN's local graphs."""
     params = self.server_state['parameters']
     tier = self._method.model_tier[data_tier]
     width = self._method.spec.widths[tier]
     table = np.asarray(params['item_tables'][tier])
-    # Fed-LightGCN's local graph: the user's training items.
-    offsets, items = csr_rows(
-        self._data.train_offsets, self._data.train_items, users
-    )
     neighbor_sum = np.zeros([users.size, width], np.float32)
     np.add.at(
-        neighbor_sum, np.repeat(np.arange(users.size), np.diff(offsets)),
-        table[items],
+        neighbor_sum,
+        np.repeat(np.arange(users.size), np.diff(train_offsets)),
+        table[train_items],
     )
     user = hetero_models.user_representation(
         self._method.spec, tf.constant(self.local['user'][users, :width]),
-        tf.constant(neighbor_sum), tf.constant(np.diff(offsets)),
+        tf.constant(neighbor_sum), tf.constant(np.diff(train_offsets)),
     )
     return hetero_models.score_all_items(
         user, tf.constant(table),
@@ -327,43 +351,7 @@ class HeteroTrainingRun:
 
   def evaluate(self) -> dict:
     """Recall@20 / NDCG@20 by full ranking, overall and per data tier."""
-    data = self._data
-    per_tier = {}
-    totals = collections.Counter()
-    for data_tier, name in enumerate(tiers.TIER_NAMES):
-      users = np.flatnonzero(self.data_tier == data_tier)
-      if not users.size:
-        continue
-      scores = self.scores(data_tier, users)
-      exclude = np.zeros(scores.shape, bool)
-      train_offsets, train_items = csr_rows(
-          data.train_offsets, data.train_items, users
-      )
-      exclude[
-          np.repeat(np.arange(users.size), np.diff(train_offsets)),
-          train_items,
-      ] = True
-      test_offsets, test_items = csr_rows(
-          data.test_offsets, data.test_items, users
-      )
-      result = metrics.full_ranking_metrics(
-          scores, exclude_mask=exclude, test_offsets=test_offsets,
-          test_items=test_items, k=TOP_K,
-      )
-      evaluated = int(np.count_nonzero(np.diff(test_offsets)))
-      per_tier[name] = {
-          f'recall@{TOP_K}': result['recall'],
-          f'ndcg@{TOP_K}': result['ndcg'],
-          'users': evaluated,
-      }
-      totals['users'] += evaluated
-      totals['recall'] += result['recall'] * evaluated
-      totals['ndcg'] += result['ndcg'] * evaluated
-    return {
-        f'recall@{TOP_K}': totals['recall'] / totals['users'],
-        f'ndcg@{TOP_K}': totals['ndcg'] / totals['users'],
-        'per_tier': per_tier,
-    }
+    return tiered_ranking_metrics(self._data, self.data_tier, self.scores)
 
   def train(self) -> dict:
     self.restore_or_initialize()

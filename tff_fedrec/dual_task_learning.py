@@ -30,6 +30,7 @@ import tensorflow as tf
 from tff_fedrec import decorrelation
 from tff_fedrec import hetero_models
 
+ClientLosses = collections.namedtuple('ClientLosses', ['total', 'own_tier'])
 ClientGradients = collections.namedtuple(
     'ClientGradients',
     ['user', 'item_rows', 'score_layers', 'loss_sum', 'num_examples'],
@@ -54,8 +55,12 @@ def client_losses(
     *,
     dual_task: bool,
     decorrelation_weight: float,
-) -> tf.Tensor:
-  """L'_a of Eq. 14 for U clients of tier `tier`; returns [U].
+) -> ClientLosses:
+  """L'_a of Eq. 14 for U clients of tier `tier`.
+
+  Returns `ClientLosses(total [U], own_tier [U])`: L'_a, and its Eq. 2 term
+  under the client's own scorer Theta_a (what the round reports as its
+  training loss).
 
   Args:
     spec: The tiers' sizes.
@@ -93,12 +98,15 @@ def client_losses(
     losses = tf.nn.sigmoid_cross_entropy_with_logits(
         labels=labels, logits=term_logits
     )
-    total += tf.reduce_sum(losses * example_mask, axis=1)
+    term_loss = tf.reduce_sum(losses * example_mask, axis=1)
+    if term == tier:
+      own_tier = term_loss
+    total += term_loss
   if tier > 0 and decorrelation_weight:
     total += decorrelation_weight * decorrelation.decorrelation_loss(
         rows, row_mask
     )
-  return total
+  return ClientLosses(total=total, own_tier=own_tier)
 
 
 def client_gradients(
@@ -129,19 +137,15 @@ def client_gradients(
         score_layers, dual_task=dual_task,
         decorrelation_weight=decorrelation_weight,
     )
-    total = tf.reduce_sum(losses)
+    total = tf.reduce_sum(losses.total)
   user_grad, row_grads, layer_grads = tape.gradient(
       total, (user, rows, score_layers),
       unconnected_gradients=tf.UnconnectedGradients.ZERO,
-  )
-  report = client_losses(
-      spec, tier, user, rows, row_mask, items, labels, example_mask,
-      score_layers, dual_task=False, decorrelation_weight=0.0,
   )
   return ClientGradients(
       user=user_grad,
       item_rows=row_grads,
       score_layers=layer_grads,
-      loss_sum=tf.reduce_sum(report),
+      loss_sum=tf.reduce_sum(losses.own_tier),
       num_examples=tf.reduce_sum(example_mask),
   )

@@ -19,6 +19,25 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
   return 0.5 * (np.tanh(0.5 * x) + 1.0)
 
 
+def _minibatches(offsets: np.ndarray, batch_size: int):
+  """(user of each example [N], the examples of each batch step).
+
+  Batch step b holds every user's examples b * batch_size .. (b + 1) *
+  batch_size - 1 of its own segment, so one step advances all users by one
+  minibatch, as each client would.
+  """
+  num_users = offsets.size - 1
+  num_examples = int(offsets[-1])
+  user_of = np.repeat(np.arange(num_users), np.diff(offsets))
+  batch_of = (np.arange(num_examples) - offsets[user_of]) // batch_size
+  num_batches = int(batch_of.max()) + 1 if num_examples else 0
+  order = np.argsort(batch_of, kind='stable')
+  bounds = np.searchsorted(batch_of[order], np.arange(num_batches + 1))
+  return user_of, [
+      order[bounds[batch] : bounds[batch + 1]] for batch in range(num_batches)
+  ]
+
+
 def reconstruct_user_embeddings(
     item_embedding: np.ndarray,
     offsets: np.ndarray,
@@ -44,19 +63,13 @@ def reconstruct_user_embeddings(
     float32 [U, d].
   """
   num_users = offsets.size - 1
-  counts = np.diff(offsets)
-  user_of = np.repeat(np.arange(num_users), counts)
-  batch_of = (np.arange(items.size) - offsets[user_of]) // batch_size
+  user_of, batches = _minibatches(offsets, batch_size)
   users = np.tile(
       np.asarray(initial_user_embedding, np.float64), (num_users, 1)
   )
   item_vectors = np.asarray(item_embedding, np.float64)[items]
-  num_batches = int(batch_of.max()) + 1 if items.size else 0
-  order = np.argsort(batch_of, kind='stable')
-  bounds = np.searchsorted(batch_of[order], np.arange(num_batches + 1))
   for _ in range(epochs):
-    for batch in range(num_batches):
-      rows = order[bounds[batch] : bounds[batch + 1]]
+    for rows in batches:
       owners = user_of[rows]
       logits = np.einsum('nd,nd->n', item_vectors[rows], users[owners])
       residual = _sigmoid(logits) - labels[rows]
@@ -102,20 +115,14 @@ def fine_tune_item_rows(
   """
   num_users = offsets.size - 1
   num_items = item_embedding.shape[0]
-  counts = np.diff(offsets)
-  user_of = np.repeat(np.arange(num_users), counts)
-  batch_of = (np.arange(items.size) - offsets[user_of]) // batch_size
+  user_of, batches = _minibatches(offsets, batch_size)
   keys, key_of = np.unique(
       user_of.astype(np.int64) * num_items + items, return_inverse=True
   )
   key_of = key_of.reshape(-1)
   rows = np.asarray(item_embedding, np.float64)[keys % num_items]
   users = np.asarray(user_embeddings, np.float64)
-  num_batches = int(batch_of.max()) + 1 if items.size else 0
-  order = np.argsort(batch_of, kind='stable')
-  bounds = np.searchsorted(batch_of[order], np.arange(num_batches + 1))
-  for batch in range(num_batches):
-    examples = order[bounds[batch] : bounds[batch + 1]]
+  for examples in batches:
     owners = user_of[examples]
     example_keys = key_of[examples]
     logits = np.einsum('nd,nd->n', rows[example_keys], users[owners])
