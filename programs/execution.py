@@ -19,12 +19,14 @@ The Python side talks to it over gRPC exactly as TFF's own local context does
 
 import contextlib
 import ctypes
+import ipaddress
 import os
 import signal
 import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Sequence
 from typing import Iterator, Optional
 
 import grpc
@@ -100,10 +102,7 @@ def _wait_until_ready(stub, address: str, timeout_seconds: float) -> None:
     time.sleep(0.05)
 
 
-def make_remote_context(
-    address: str, *, ready_timeout_seconds: float = 60.0
-) -> tff.framework.SyncExecutionContext:
-  """A synchronous TFF context whose computations run on the worker at `address`."""
+def _connect(address: str, ready_timeout_seconds: float):
   channel = grpc.insecure_channel(address, _GRPC_OPTIONS)
   stub = tff.framework.RemoteExecutorGrpcStub(channel)
   _wait_until_ready(stub, address, ready_timeout_seconds)
@@ -115,12 +114,89 @@ def make_remote_context(
     executor.set_cardinalities(cardinalities)
     return executor
 
+  return stub, tff.framework.ResourceManagingExecutorFactory(stack_fn)
+
+
+def make_remote_context(
+    address: str, *, ready_timeout_seconds: float = 60.0
+) -> tff.framework.SyncExecutionContext:
+  """A synchronous TFF context whose computations run on the worker at `address`."""
+  _, executor_factory = _connect(address, ready_timeout_seconds)
   return tff.framework.SyncExecutionContext(
-      executor_fn=tff.framework.ResourceManagingExecutorFactory(stack_fn),
+      executor_fn=executor_factory,
       compiler_fn=tff.backends.native.compiler.desugar_and_transform_to_native,
       transform_args=tff.tensorflow.transform_args,
       transform_result=tff.tensorflow.transform_result,
   )
+
+
+def parse_worker_addresses(
+    workers: Sequence[str], *, allow_insecure_remote: bool = False
+) -> list[str]:
+  """Checks `HOST:PORT` addresses; refuses hosts other than loopback unless
+  `allow_insecure_remote` (the worker service has no authentication or TLS:
+  anyone who reaches its port can run code in it)."""
+  if not workers:
+    raise ValueError(
+        '--executor=remote needs --workers=HOST:PORT[,HOST:PORT...]; start '
+        'a worker with `python -m tff_fedrec.programs.worker --port=PORT`.'
+    )
+  addresses = []
+  for worker in workers:
+    host, separator, port = worker.strip().rpartition(':')
+    if not separator or not host or not port.isdigit() or not (
+        0 < int(port) < 65536
+    ):
+      raise ValueError(
+          f'Worker address {worker!r} is not HOST:PORT (e.g. 127.0.0.1:8000).'
+      )
+    try:
+      loopback = ipaddress.ip_address(host.strip('[]')).is_loopback
+    except ValueError:
+      loopback = host == 'localhost'
+    if not loopback and not allow_insecure_remote:
+      raise ValueError(
+          f'Worker {worker} is not on this machine, and TFF workers speak '
+          'plain gRPC without authentication or TLS. Reach it through an SSH '
+          'tunnel or a private network and pass --allow_insecure_remote to '
+          'accept the risk.'
+      )
+    addresses.append(f'{host}:{port}')
+  return addresses
+
+
+def make_workers_context(
+    addresses: Sequence[str], *, ready_timeout_seconds: float = 60.0
+):
+  """TFF's mergeable-computation context over the workers at `addresses`.
+
+  Each round's clients are split into one share per worker; a computation
+  runs its part up to the aggregation on every share in parallel, the
+  partial aggregates are merged, and the rest runs once (TFF
+  `MergeableCompExecutionContext`). Returns (context, the workers' gRPC stubs
+  in `addresses`' order).
+  """
+  stubs, contexts = [], []
+  for address in addresses:
+    stub, executor_factory = _connect(address, ready_timeout_seconds)
+    stubs.append(stub)
+    contexts.append(
+        tff.framework.AsyncExecutionContext(
+            executor_fn=executor_factory,
+            compiler_fn=(
+                tff.backends.native.compiler.desugar_and_transform_to_native
+            ),
+            transform_args=tff.tensorflow.transform_args,
+            transform_result=tff.tensorflow.transform_result,
+        )
+    )
+  context = tff.framework.MergeableCompExecutionContext(
+      async_contexts=contexts,
+      compiler_fn=tff.backends.native.compile_to_mergeable_comp_form,
+      transform_args=tff.tensorflow.transform_args,
+      transform_result=tff.tensorflow.transform_result,
+  )
+  return context, stubs
 
 
 def _describe_exit(returncode: int) -> str:
@@ -130,19 +206,16 @@ def _describe_exit(returncode: int) -> str:
 
 
 @contextlib.contextmanager
-def worker_execution_context(
-    *, log_path: str = os.devnull, poll_seconds: float = 0.5
-) -> Iterator[int]:
-  """Installs a local worker as TFF's default context; yields its PID.
-
-  The worker is stopped and the previous context restored when the block
-  exits, also on exceptions and KeyboardInterrupt; SIGTERM is turned into
-  SystemExit so that it stops too. If the worker dies inside the block,
-  `WorkerDiedError` is raised in the main thread (via SIGUSR1), interrupting
-  a computation that would otherwise wait for it forever.
-  """
-  process, port = start_worker(log_path=log_path)
+def _default_context_watched(
+    context, check: Callable[[], Optional[str]], poll_seconds: float
+) -> Iterator[None]:
+  """Installs `context` as TFF's default; while the block runs, a watchdog
+  thread calls `check()` every `poll_seconds` and, when it returns a
+  message, raises `WorkerDiedError(message)` in the main thread (via SIGUSR1),
+  interrupting a computation that TFF would otherwise retry forever. SIGTERM
+  becomes SystemExit so that callers' cleanup runs."""
   stopping = threading.Event()
+  failure = []
   previous_handlers = {
       signal.SIGTERM: signal.getsignal(signal.SIGTERM),
       signal.SIGUSR1: signal.getsignal(signal.SIGUSR1),
@@ -154,15 +227,14 @@ def worker_execution_context(
 
   def _raise_worker_died(signum, frame):
     del signum, frame
-    raise WorkerDiedError(
-        f'The TFF worker (pid {process.pid}) {_describe_exit(process.returncode)}'
-        f' during a computation; its log is {log_path}.'
-    )
+    raise WorkerDiedError(failure[0])
 
   def _watch():
     while not stopping.wait(poll_seconds):
-      if process.poll() is not None:
+      message = check()
+      if message is not None:
         if not stopping.is_set():
+          failure.append(message)
           os.kill(os.getpid(), signal.SIGUSR1)
         return
 
@@ -172,9 +244,9 @@ def worker_execution_context(
   context_stack = tff.framework.get_context_stack()
   previous_context = context_stack.current
   try:
-    context_stack.set_default_context(make_remote_context(f'127.0.0.1:{port}'))
+    context_stack.set_default_context(context)
     watchdog.start()
-    yield process.pid
+    yield
   finally:
     stopping.set()
     # Joined before the handlers are restored: SIGUSR1's default would kill
@@ -182,6 +254,71 @@ def worker_execution_context(
     if watchdog.is_alive():
       watchdog.join()
     context_stack.set_default_context(previous_context)
-    stop_worker(process)
     for signum, handler in previous_handlers.items():
       signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def worker_execution_context(
+    *, log_path: str = os.devnull, poll_seconds: float = 0.5
+) -> Iterator[int]:
+  """Installs a local worker as TFF's default context; yields its PID.
+
+  The worker is stopped and the previous context restored when the block
+  exits, also on exceptions and KeyboardInterrupt; SIGTERM is turned into
+  SystemExit so that it stops too. If the worker dies inside the block,
+  `WorkerDiedError` is raised in the main thread, interrupting a computation
+  that would otherwise wait for it forever.
+  """
+  process, port = start_worker(log_path=log_path)
+
+  def check():
+    if process.poll() is None:
+      return None
+    return (
+        f'The TFF worker (pid {process.pid}) '
+        f'{_describe_exit(process.returncode)} during a computation; its log '
+        f'is {log_path}.'
+    )
+
+  try:
+    context = make_remote_context(f'127.0.0.1:{port}')
+    with _default_context_watched(context, check, poll_seconds):
+      yield process.pid
+  finally:
+    stop_worker(process)
+
+
+@contextlib.contextmanager
+def remote_workers_context(
+    addresses: Sequence[str],
+    *,
+    ready_timeout_seconds: float = 60.0,
+    poll_seconds: float = 0.5,
+    unreachable_seconds: float = 5.0,
+) -> Iterator[None]:
+  """Installs `make_workers_context(addresses)` as TFF's default context.
+
+  The workers belong to someone else, so nothing is started or stopped here.
+  A worker whose connection stays down for `unreachable_seconds` raises
+  `WorkerDiedError` naming it in the main thread.
+  """
+  context, stubs = make_workers_context(
+      addresses, ready_timeout_seconds=ready_timeout_seconds
+  )
+  down_since = {}
+
+  def check():
+    now = time.monotonic()
+    for address, stub in zip(addresses, stubs):
+      if stub.is_ready:
+        down_since.pop(address, None)
+      elif now - down_since.setdefault(address, now) >= unreachable_seconds:
+        return (
+            f'The TFF worker at {address} stopped answering for '
+            f'{unreachable_seconds:.0f} s during a computation.'
+        )
+    return None
+
+  with _default_context_watched(context, check, poll_seconds):
+    yield

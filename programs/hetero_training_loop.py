@@ -30,6 +30,7 @@ from tff_fedrec import hetero_models
 from tff_fedrec import metrics
 from tff_fedrec import tiers
 from tff_fedrec.algorithms import hetefedrec
+from tff_fedrec.algorithms import two_phase
 from tff_fedrec.algorithms import user_groups
 from tff_fedrec.programs import training_loop
 from tff_fedrec.tasks import preprocessing
@@ -49,6 +50,8 @@ class HeteroLoopConfig:
     seed: Seeds the queue, the negatives and the initial user embeddings.
     eval_every: Evaluate every this many rounds (and after the last one).
     users_per_client: Users one TFF client simulates (`user_groups`).
+    checkpoint_every: Save the program state every this many rounds (and
+      after the last one); a killed run resumes from the last save.
   """
 
   rounds: int
@@ -58,6 +61,7 @@ class HeteroLoopConfig:
   seed: int = 0
   eval_every: int = 24
   users_per_client: int = 32
+  checkpoint_every: int = 1
 
 
 def round_users(num_users: int, config: HeteroLoopConfig, round_num: int):
@@ -104,9 +108,14 @@ def round_examples(data, config, round_num, users):
 def bytes_per_client(method: hetefedrec.HeteroMethod) -> dict:
   """Bytes one client of each data tier receives and sends per round
   (Table III): V_a plus the Theta_b it trains (b <= a with UDL), float32.
-  Uploads are gradients of the same parameters."""
+  Uploads are gradients of the same parameters. Clients that train models
+  of their own (`standalone`) send and receive nothing."""
   params = method.initial_parameters
   result = {}
+  if method.personal_models:
+    return {
+        name: {'download': 0.0, 'upload': 0.0} for name in tiers.TIER_NAMES
+    }
   for data_tier, name in enumerate(tiers.TIER_NAMES):
     tier = method.model_tier[data_tier]
     terms = (range(tier + 1) if method.config.dual_task else (tier,))
@@ -219,23 +228,35 @@ class HeteroTrainingRun:
     self.data_tier = tiers.assign_tiers_by_interactions(
         np.diff(data.train_offsets), config.tier_ratio
     )
-    spec = method.spec
-    users = hetero_models.initial_user_embeddings(
-        spec, data.num_users, config.seed
-    )
-    # Each user's embedding is as wide as its model tier; zeros beyond.
-    model_tier = np.asarray(method.model_tier)[self.data_tier]
-    widths = np.asarray(spec.widths)[model_tier]
-    users[np.arange(spec.widths[-1])[None, :] >= widths[:, None]] = 0.0
-    self.local = collections.OrderedDict(
-        user=users,
-        adam_m=np.zeros_like(users),
-        adam_v=np.zeros_like(users),
-        adam_step=np.zeros([data.num_users], np.float32),
-    )
+    self.local = self._initial_local()
     self.server_state = None
     self.history = []
     self.next_round = 0
+
+  def _initial_local(self) -> collections.OrderedDict:
+    """Every user's client state: its private embedding and Adam state."""
+    spec = self._method.spec
+    users = hetero_models.initial_user_embeddings(
+        spec, self._data.num_users, self._config.seed
+    )
+    # Each user's embedding is as wide as its model tier; zeros beyond.
+    model_tier = np.asarray(self._method.model_tier)[self.data_tier]
+    widths = np.asarray(spec.widths)[model_tier]
+    users[np.arange(spec.widths[-1])[None, :] >= widths[:, None]] = 0.0
+    return collections.OrderedDict(
+        user=users,
+        adam_m=np.zeros_like(users),
+        adam_v=np.zeros_like(users),
+        adam_step=np.zeros([self._data.num_users], np.float32),
+    )
+
+  def _group_local(self, users) -> collections.OrderedDict:
+    """The client state of a group's users (all of one data tier)."""
+    return collections.OrderedDict((k, v[users]) for k, v in self.local.items())
+
+  def _store_group_local(self, users, local) -> None:
+    for key in self.local:
+      self.local[key][users] = np.asarray(local[key])
 
   def _program_state(self):
     return collections.OrderedDict(
@@ -254,8 +275,8 @@ class HeteroTrainingRun:
       return
     self.next_round = int(state['next_round'])
     self.server_state = state['server_state']
-    self.local = collections.OrderedDict(
-        (k, np.asarray(v)) for k, v in state['local'].items()
+    self.local = tf.nest.pack_sequence_as(
+        self.local, [np.asarray(v) for v in tf.nest.flatten(state['local'])]
     )
     history = state['history']
     self.history = json.loads(
@@ -300,16 +321,13 @@ class HeteroTrainingRun:
     users = round_users(self._data.num_users, self._config, round_num)
     examples = round_examples(self._data, self._config, round_num, users)
     groups = self._client_groups(users, examples)
-    locals_in = [
-        collections.OrderedDict((k, v[group]) for k, v in self.local.items())
-        for group, _ in groups
-    ]
-    self.server_state, locals_out, round_metrics = self._method.process.next(
-        self.server_state, locals_in, [data for _, data in groups]
+    locals_in = [self._group_local(group) for group, _ in groups]
+    self.server_state, locals_out, round_metrics = two_phase.run_round(
+        self._method.process, self.server_state, locals_in,
+        [data for _, data in groups],
     )
     for (group, _), local in zip(groups, locals_out):
-      for key in self.local:
-        self.local[key][group] = np.asarray(local[key])
+      self._store_group_local(group, local)
     record = {
         'round': round_num,
         'train_loss': float(round_metrics['train_loss']),
@@ -327,27 +345,48 @@ class HeteroTrainingRun:
     record['seconds'] = time.perf_counter() - start
     return record
 
-  def scores(self, data_tier, users, train_offsets, train_items):
-    """Scores [len(users), I] of each user's own model (its model tier);
-    the users' training items (CSR) are Fed-LightGCN's local graphs."""
+  def user_model(self, data_tier, users, train_offsets, train_items):
+    """The models `users` (all of `data_tier`) score with: (user vectors
+    [U, N] as the scorer sees them, item table [I, N] or [U, I, N], score
+    layers with or without a leading [U]). The users' training items (CSR)
+    are Fed-LightGCN's local graphs."""
     params = self.server_state['parameters']
     tier = self._method.model_tier[data_tier]
     width = self._method.spec.widths[tier]
     table = np.asarray(params['item_tables'][tier])
-    neighbor_sum = np.zeros([users.size, width], np.float32)
-    np.add.at(
-        neighbor_sum,
-        np.repeat(np.arange(users.size), np.diff(train_offsets)),
-        table[train_items],
+    user = self._user_representation(
+        self.local['user'][users, :width], table, train_offsets, train_items
     )
-    user = hetero_models.user_representation(
-        self._method.spec, tf.constant(self.local['user'][users, :width]),
-        tf.constant(neighbor_sum), tf.constant(np.diff(train_offsets)),
+    layers = tf.nest.map_structure(np.asarray, params['score_layers'][tier])
+    return user, table, layers
+
+  def _user_representation(self, user, tables, train_offsets, train_items):
+    """`hetero_models.user_representation` of `user` [U, N] on its local
+    graph; `tables` [I, N] shared or [U, I, N] one per user."""
+    owner = np.repeat(np.arange(user.shape[0]), np.diff(train_offsets))
+    rows = tables[train_items] if tables.ndim == 2 else tables[
+        owner, train_items
+    ]
+    neighbor_sum = np.zeros(user.shape, np.float32)
+    np.add.at(neighbor_sum, owner, rows)
+    return hetero_models.user_representation(
+        self._method.spec, tf.constant(user), tf.constant(neighbor_sum),
+        tf.constant(np.diff(train_offsets)),
+    ).numpy()
+
+  def scores(self, data_tier, users, train_offsets, train_items):
+    """Scores [len(users), I] of each user's own model (`user_model`)."""
+    user, table, layers = self.user_model(
+        data_tier, users, train_offsets, train_items
     )
     return hetero_models.score_all_items(
-        user, tf.constant(table),
-        tf.nest.map_structure(tf.constant, params['score_layers'][tier]),
+        tf.constant(user), tf.constant(table),
+        tf.nest.map_structure(tf.constant, layers),
     ).numpy()
+
+  def _large_table(self) -> Optional[np.ndarray]:
+    """V_l, whose singular-value variance Table V reports."""
+    return np.asarray(self.server_state['parameters']['item_tables'][-1])
 
   def evaluate(self) -> dict:
     """Recall@20 / NDCG@20 by full ranking, overall and per data tier."""
@@ -360,9 +399,11 @@ class HeteroTrainingRun:
       self.history.append(record)
       self._release(record)
       self.next_round = round_num + 1
-      asyncio.run(
-          self._state_manager.save(self._program_state(), self.next_round)
-      )
+      if (self.next_round % self._config.checkpoint_every == 0
+          or self.next_round == self._config.rounds):
+        asyncio.run(
+            self._state_manager.save(self._program_state(), self.next_round)
+        )
       self._log(self._progress_line(record))
     return self.write_summary()
 
@@ -393,7 +434,7 @@ class HeteroTrainingRun:
   def summary(self) -> dict:
     evaluated = [r for r in self.history if 'test' in r]
     last = evaluated[-1]
-    params = self.server_state['parameters']
+    large_table = self._large_table()
     per_client = bytes_per_client(self._method)
     tier_sizes = tiers.tier_sizes(self.data_tier)
     per_round_share = self._config.clients_per_round / self._data.num_users
@@ -419,8 +460,9 @@ class HeteroTrainingRun:
         'tier_sizes': {
             name: int(tier_sizes[i]) for i, name in enumerate(tiers.TIER_NAMES)
         },
-        'singular_value_variance_large': decorrelation.singular_value_variance(
-            np.asarray(params['item_tables'][-1])
+        'singular_value_variance_large': (
+            None if large_table is None
+            else decorrelation.singular_value_variance(large_table)
         ),
         'seconds_per_round': statistics.median(
             r['seconds'] for r in self.history

@@ -312,6 +312,8 @@ def test_two_rounds_of_each_tiered_method(tmp_path, method, extra_flags):
     assert sent['small'] == sent['medium'] == sent['large']
   elif method.startswith('all_large'):
     assert sent['small']['download'] == sent['large']['download']
+  elif method == 'standalone':
+    assert all(s == {'download': 0, 'upload': 0} for s in sent.values())
   else:
     # Table III: a small client never moves more than a small model.
     assert (sent['small']['download'] < sent['medium']['download']
@@ -323,10 +325,15 @@ def test_two_rounds_of_each_tiered_method(tmp_path, method, extra_flags):
   assert _processes_with_tag(tag) == []
 
 
+@pytest.mark.parametrize('method, extra_flags', [
+    ('hetefedrec', []),
+    # Whole models as client state, saved every third round only.
+    ('standalone', ['--checkpoint_every=3']),
+])
 def test_tiered_run_resumes_with_the_results_of_an_uninterrupted_one(
-    tmp_path
+    tmp_path, method, extra_flags
 ):
-  args = ['--method=hetefedrec', *_TIERED_RUN, '--eval_every=2']
+  args = [f'--method={method}', *_TIERED_RUN, *extra_flags, '--eval_every=2']
   whole = str(tmp_path / 'whole')
   parts = str(tmp_path / 'parts')
   assert _run_program([*args, '--rounds=4', f'--root_dir={whole}']

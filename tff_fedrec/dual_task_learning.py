@@ -71,7 +71,9 @@ def client_losses(
     items: int32 [U, n] each example's row in `rows`.
     labels: [U, n] r_ij in {0, 1}.
     example_mask: [U, n] 1 for real examples.
-    score_layers: (Theta_s, Theta_m, Theta_l), lists of {kernel, bias}.
+    score_layers: Theta_b for every b in L_a, indexed by tier: (Theta_s,
+      Theta_m, Theta_l), lists of {kernel, bias}; a kernel [U, f_in, f_out]
+      and bias [U, f_out] give each client its own scorer (`standalone`).
     dual_task: Eq. 11's UDL; False trains Theta_a on the full width only.
     decorrelation_weight: alpha of Eq. 14 (used for tiers 1 and 2).
   """

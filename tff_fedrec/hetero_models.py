@@ -117,22 +117,27 @@ def logits(user, item_vectors, layers) -> tf.Tensor:
 
 
 def score_all_items(user, table, layers) -> tf.Tensor:
-  """`logits` of every item for each user: user [U, N], table [I, N];
-  returns [U, I].
+  """`logits` of every item for each user: user [U, N] with one shared model
+  (table [I, N], kernels [f_in, f_out], biases [f_out]) or with one model
+  per user (table [U, I, N], kernels [U, f_in, f_out], biases [U, f_out],
+  the 'Standalone' baseline); returns [U, I].
 
   The first layer is linear in [u ; v], so it splits into a user part
-  [U, h] and an item part [I, h] that are added per pair: [U, I, h] instead
-  of the [U, I, 2N] concatenation.
+  [U, 1, h] and an item part [(U,) I, h] that are added per pair: [U, I, h]
+  instead of the [U, I, 2N] concatenation.
   """
   width = user.shape[-1]
   first = layers[0]
   hidden = (
-      tf.matmul(user, first['kernel'][:width])[:, None, :]
-      + tf.matmul(table, first['kernel'][width:])[None, :, :]
-      + first['bias']
+      tf.matmul(user[:, None, :], first['kernel'][..., :width, :])
+      + tf.matmul(table, first['kernel'][..., width:, :])
+      + first['bias'][..., None, :]
   )
   for layer in layers[1:]:
-    hidden = tf.matmul(tf.nn.relu(hidden), layer['kernel']) + layer['bias']
+    hidden = (
+        tf.matmul(tf.nn.relu(hidden), layer['kernel'])
+        + layer['bias'][..., None, :]
+    )
   return tf.squeeze(hidden, -1)
 
 

@@ -38,6 +38,28 @@ def test_score_all_items_equals_the_concatenated_model():
   np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
 
 
+def test_score_all_items_with_one_model_per_user_scores_each_with_its_own():
+  rng = np.random.default_rng(2)
+  users = rng.normal(size=(2, 3)).astype(np.float32)
+  tables = rng.normal(size=(2, 6, 3)).astype(np.float32)
+  per_user = [
+      hetero_models.initial_parameters(_SPEC, seed=s)['score_layers'][1]
+      for s in (3, 4)
+  ]
+  stacked = tf.nest.map_structure(
+      lambda a, b: tf.constant(np.stack([a, b])), *per_user
+  )
+  got = hetero_models.score_all_items(users, tables, stacked)
+  for u in range(2):
+    own = tf.nest.map_structure(tf.constant, per_user[u])
+    np.testing.assert_allclose(
+        got[u],
+        hetero_models.score_all_items(users[u : u + 1], tables[u], own)[0],
+        rtol=1e-5, atol=1e-6,
+    )
+  assert not np.allclose(got[0], got[1])
+
+
 def test_user_embeddings_are_stored_at_the_largest_width():
   users = hetero_models.initial_user_embeddings(_SPEC, 7, seed=0)
   assert users.shape == (7, 5)

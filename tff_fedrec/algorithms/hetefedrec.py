@@ -26,6 +26,8 @@ Type signature (U users of one tier per TFF client, see `user_groups`):
 
   initialize: ( -> S@SERVER)
   next: (<S@SERVER, {L}@CLIENTS, {D}@CLIENTS> -> <S@SERVER, {L}@CLIENTS, M@SERVER>)
+  (a `two_phase.TwoPhaseProcess`: client_step, then server_step on the
+  uploads U = <tables, score_layers, loss_sum, num_examples>)
 
   S = <parameters: <item_tables, score_layers>, optimizer: <m, v, step>,
        round_num>
@@ -49,6 +51,7 @@ from tff_fedrec import distillation
 from tff_fedrec import dual_task_learning
 from tff_fedrec import hetero_models
 from tff_fedrec.aggregators import padded_sum
+from tff_fedrec.algorithms import two_phase
 
 AGGREGATIONS = ('padded', 'clustered')
 USER_OPTIMIZERS = ('sgd', 'adam')
@@ -147,7 +150,7 @@ def build_hetefedrec_process(
     spec: hetero_models.HeteroSpec,
     initial_params: collections.OrderedDict,
     config: HeteroConfig,
-) -> tff.templates.IterativeProcess:
+) -> two_phase.TwoPhaseProcess:
   """Builds the process of the module docstring."""
   widths = spec.widths
   largest = widths[-1]
@@ -233,10 +236,11 @@ def build_hetefedrec_process(
           )
           for tier in range(len(widths))
       )
-    metrics = collections.OrderedDict(
-        loss_sum=loss_sum, num_examples=num_examples
+    upload = collections.OrderedDict(
+        tables=table_upload, score_layers=layer_grads, loss_sum=loss_sum,
+        num_examples=num_examples,
     )
-    return new_local, table_upload, layer_grads, metrics
+    return new_local, upload
 
   @tff.tensorflow.computation
   def initial_state():
@@ -315,8 +319,8 @@ def build_hetefedrec_process(
       tff.FederatedType(local_type, tff.CLIENTS),
       tff.FederatedType(data_type, tff.CLIENTS),
   )
-  def next_fn(server_state, local_states, client_data):
-    new_locals, table_uploads, layer_grads, client_metrics = tff.federated_map(
+  def client_step(server_state, local_states, client_data):
+    return tff.federated_map(
         client_update,
         (
             tff.federated_broadcast(server_state.parameters),
@@ -324,25 +328,33 @@ def build_hetefedrec_process(
             client_data,
         ),
     )
+
+  @tff.federated_computation(
+      tff.FederatedType(server_state_type, tff.SERVER),
+      tff.FederatedType(
+          client_update.type_signature.result[1], tff.CLIENTS
+      ),
+  )
+  def server_step(server_state, uploads):
     if table_aggregation is not None:
       table_output = table_aggregation.next(
-          table_aggregation.initialize(), table_uploads
+          table_aggregation.initialize(), uploads.tables
       )
       table_sums = table_output.result
       clients_per_width = table_output.measurements.clients_per_width
     else:
-      table_sums = tff.federated_sum(table_uploads)
+      table_sums = tff.federated_sum(uploads.tables)
       clients_per_width = tff.federated_value(
           np.zeros([len(widths)], np.int32), tff.SERVER
       )
     layer_output = layer_aggregation.next(
-        layer_aggregation.initialize(), layer_grads
+        layer_aggregation.initialize(), uploads.score_layers
     )
     new_state, loss_before, loss_after = tff.federated_map(
         server_update, (server_state, table_sums, layer_output.result)
     )
-    loss_sum = tff.federated_sum(client_metrics.loss_sum)
-    num_examples = tff.federated_sum(client_metrics.num_examples)
+    loss_sum = tff.federated_sum(uploads.loss_sum)
+    num_examples = tff.federated_sum(uploads.num_examples)
     metrics = tff.federated_zip(
         collections.OrderedDict(
             train_loss=tff.federated_map(safe_divide, (loss_sum, num_examples)),
@@ -352,9 +364,9 @@ def build_hetefedrec_process(
             clients_per_width=clients_per_width,
         )
     )
-    return new_state, new_locals, metrics
+    return new_state, metrics
 
-  return tff.templates.IterativeProcess(initialize, next_fn)
+  return two_phase.TwoPhaseProcess(initialize, client_step, server_step)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -365,10 +377,12 @@ class HeteroMethod:
     spec: The three tiers' model sizes.
     config: What a round does.
     initial_parameters: `hetero_models.initial_parameters`.
-    process: `build_hetefedrec_process`'s IterativeProcess.
+    process: `build_hetefedrec_process`'s `two_phase.TwoPhaseProcess`.
     model_tier: The model tier a client of each data tier (small, medium,
       large by amount of data) trains.
     included: Whether each data tier's uploads reach the server.
+    personal_models: Whether every client trains a whole model of its own
+      (`standalone`) instead of the public parameters.
   """
 
   spec: hetero_models.HeteroSpec
@@ -377,6 +391,7 @@ class HeteroMethod:
   process: tff.templates.IterativeProcess
   model_tier: tuple[int, int, int] = (0, 1, 2)
   included: tuple[bool, bool, bool] = (True, True, True)
+  personal_models: bool = False
 
 
 def _build(spec, config, seed, **kwargs) -> HeteroMethod:
@@ -390,7 +405,7 @@ def _build(spec, config, seed, **kwargs) -> HeteroMethod:
   )
 
 
-def _plain(config: HeteroConfig, **changes) -> HeteroConfig:
+def plain_config(config: HeteroConfig, **changes) -> HeteroConfig:
   """`config` without UDL, DDR and RESKD (a plain FedRec per tier)."""
   return dataclasses.replace(
       config, dual_task=False, decorrelation_weight=0.0,
@@ -405,22 +420,22 @@ def build_hetefedrec(*, spec, config=HeteroConfig(), seed=0) -> HeteroMethod:
 
 def build_direct_aggregate(*, spec, config=HeteroConfig(), seed=0):
   """'Directly Aggregate' (Sec. V.C): Eq. 8 without UDL, DDR and RESKD."""
-  return _build(spec, _plain(config), seed)
+  return _build(spec, plain_config(config), seed)
 
 
 def build_clustered(*, spec, config=HeteroConfig(), seed=0):
   """'Clustered FedRec' (Sec. V.C): each tier aggregates only its own."""
-  return _build(spec, _plain(config, aggregation='clustered'), seed)
+  return _build(spec, plain_config(config, aggregation='clustered'), seed)
 
 
 def build_all_small(*, spec, config=HeteroConfig(), seed=0):
   """'All Small' (Sec. V.C): every client trains the small model."""
-  return _build(spec, _plain(config), seed, model_tier=(0, 0, 0))
+  return _build(spec, plain_config(config), seed, model_tier=(0, 0, 0))
 
 
 def build_all_large(*, spec, config=HeteroConfig(), seed=0):
   """'All Large' (Sec. V.C): every client trains the large model."""
-  return _build(spec, _plain(config), seed, model_tier=(2, 2, 2))
+  return _build(spec, plain_config(config), seed, model_tier=(2, 2, 2))
 
 
 def build_all_large_exclusive(*, spec, config=HeteroConfig(), seed=0):
@@ -428,6 +443,6 @@ def build_all_large_exclusive(*, spec, config=HeteroConfig(), seed=0):
   uploads of the clients with little data (the small data tier) are
   dropped; those clients still train their own user embedding."""
   return _build(
-      spec, _plain(config), seed, model_tier=(2, 2, 2),
+      spec, plain_config(config), seed, model_tier=(2, 2, 2),
       included=(False, True, True),
   )

@@ -16,6 +16,7 @@ from tff_fedrec.algorithms import fedncf
 from tff_fedrec.algorithms import fedrecon
 from tff_fedrec.algorithms import hetefedrec
 from tff_fedrec.algorithms import pfedrec
+from tff_fedrec.algorithms import standalone
 
 METHODS = {
     'pfedrec': pfedrec.build_pfedrec,
@@ -31,6 +32,7 @@ HETERO_METHODS = {
     'all_small': hetefedrec.build_all_small,
     'all_large': hetefedrec.build_all_large,
     'all_large_exclusive': hetefedrec.build_all_large_exclusive,
+    'standalone': standalone.build_standalone,
 }
 
 # Methods that are the dual personalization mechanism itself.

@@ -27,6 +27,8 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
+from tff_fedrec.algorithms import two_phase
+
 
 def group_positions(
     num_examples: Sequence[int], users_per_group: int
@@ -108,7 +110,8 @@ def run_grouped_round(
     user_data: Sequence[collections.OrderedDict],
     users_per_group: int,
 ):
-  """One `process.next` over the round's users, U per TFF client.
+  """One round (`two_phase.run_round`) over the round's users, U per TFF
+  client.
 
   Args:
     process: A `partially_local` process.
@@ -130,8 +133,8 @@ def run_grouped_round(
                             local_parameters)
       for g in groups
   ]
-  server_state, group_states, metrics = process.next(
-      server_state, group_locals, group_data
+  server_state, group_states, metrics = two_phase.run_round(
+      process, server_state, group_locals, group_data
   )
   states = [None] * len(user_data)
   for positions, data, group_state in zip(groups, group_data, group_states):

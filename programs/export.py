@@ -1,0 +1,305 @@
+r"""Exports a trained run's models to TFLite for on-device inference.
+
+  python -m tff_fedrec.programs.export --root_dir=runs/pfedrec_ml100k \
+      --users=1,2,3
+
+rebuilds the run from <root_dir>/run.flags (written by `train`), restores its
+latest checkpoint (finished or not) and writes to --output_dir (default
+<root_dir>/tflite):
+
+  tier_<tier>/<quantization>.tflite   each tier's global model (`--tiers`)
+  user_<id>/<quantization>.tflite     each --users model (ids as in the data)
+  item_ids.json                       the data set's item id of each model row
+  manifest.json                       tier, user, embedding size,
+                                      quantization, size and SHA-256 per file
+
+for each quantization of `--quantizations` (float32, float16, dynamic_range,
+full_integer; full-integer is calibrated on the user's own training items).
+Every file is loaded in the TFLite interpreter and checked against the TF
+model: the largest score difference, and the ranking metrics of the run's
+protocol computed by running the interpreter next to the same metrics of the
+TF model (HR@10 / NDCG@10 on the leave-one-out test split; Recall@20 /
+NDCG@20 by full ranking for the tiered methods). `export_report.json` holds
+them; a table is printed.
+"""
+
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+from absl import app
+from absl import flags
+from absl import logging
+import numpy as np
+import tensorflow as tf
+
+from tff_fedrec import metrics
+from tff_fedrec.export import manifest
+from tff_fedrec.export import on_device_model
+from tff_fedrec.export import tflite_conversion
+from tff_fedrec.programs import execution
+from tff_fedrec.programs import exported_models
+from tff_fedrec.programs import hetero_training_loop
+from tff_fedrec.programs import training_program
+from tff_fedrec.tasks import errors
+
+_USERS = flags.DEFINE_list(
+    'users', [], 'Original ids of the users whose own models to export, or '
+    '"all".'
+)
+_TIERS = flags.DEFINE_list(
+    'tiers', None, 'Tiers whose global model to export (default: every tier '
+    'the run trains; "single" for one-size methods).'
+)
+_QUANTIZATIONS = flags.DEFINE_list(
+    'quantizations', list(tflite_conversion.QUANTIZATIONS),
+    f'Any of {", ".join(tflite_conversion.QUANTIZATIONS)}.'
+)
+_OUTPUT_DIR = flags.DEFINE_string(
+    'output_dir', None, 'Where the models go (default <root_dir>/tflite).'
+)
+_TOP_K = flags.DEFINE_integer(
+    'top_k', 10, 'K of the top_k signature.', lower_bound=1
+)
+_EVAL_USERS = flags.DEFINE_integer(
+    'max_eval_users', None,
+    'Evaluate a global model on at most this many of its users (default: '
+    'all).', lower_bound=1,
+)
+
+
+def _load_run_flags(root_dir: str) -> None:
+  """Sets the training flags to the run's (from run.flags)."""
+  path = os.path.join(root_dir, training_program.RUN_FLAGS_FILE)
+  if not os.path.isfile(path):
+    raise exported_models.ExportError(
+        f'{root_dir} is not a training run directory: it has no '
+        f'{training_program.RUN_FLAGS_FILE}. Give --root_dir of a run of '
+        '`python -m tff_fedrec.programs.train`.'
+    )
+  args = flags.FLAGS.read_flags_from_files([f'--flagfile={path}'])
+  flags.FLAGS([sys.argv[0], *args])
+  # The run may have moved, and export always runs on a local worker.
+  flags.FLAGS.root_dir = root_dir
+  flags.FLAGS.executor = 'local'
+  flags.FLAGS.workers = []
+
+
+class _Scorer:
+  """Logits of item ids for an optional user vector: the TF module, or the
+  TFLite interpreter running the exported file."""
+
+  def __init__(self, module=None, model_bytes=None):
+    if model_bytes is None:
+      self._score = lambda **inputs: module.score(**inputs)['scores'].numpy()
+    else:
+      interpreter = tf.lite.Interpreter(model_content=model_bytes)
+      runner = interpreter.get_signature_runner(
+          on_device_model.SCORE_SIGNATURE
+      )
+      self._score = lambda **inputs: runner(**inputs)['scores']
+
+  def __call__(self, items, user_vector=None):
+    inputs = {'item_ids': np.asarray(items, np.int32)}
+    if user_vector is not None:
+      inputs['user_embedding'] = np.asarray(user_vector, np.float32)
+    return np.asarray(self._score(**inputs), np.float32)
+
+
+def _eval_cases(model, limit):
+  users, vectors = model.eval_users, model.eval_user_vectors
+  if limit is not None and users.size > limit:
+    chosen = np.random.default_rng(0).choice(users.size, limit, replace=False)
+    chosen.sort()
+    users = users[chosen]
+    vectors = None if vectors is None else vectors[chosen]
+  if vectors is None:
+    vectors = [None] * users.size
+  return users, vectors
+
+
+def _ranking_metrics(prepared, model, scorer, limit) -> dict:
+  """The run's test metrics of `model` as `scorer` scores it."""
+  data = prepared.data
+  users, vectors = _eval_cases(model, limit)
+  if not prepared.tiered:
+    candidates = np.concatenate(
+        [data.test_items[users, None], data.test_negatives[users]], axis=1
+    )
+    scores = np.stack([
+        scorer(items, vector) for items, vector in zip(candidates, vectors)
+    ])
+    result = metrics.summarize_sampled(scores)
+    return {'hr@10': result['hr@10'], 'ndcg@10': result['ndcg@10']}
+  vector_of = dict(zip(users.tolist(), vectors))
+  all_items = np.arange(data.num_items)
+  only = np.full(data.num_users, -1)
+  only[users] = 0  # One 'tier' holding the evaluated users.
+  # Full ranking puts equal scores in item-index order, which in these data
+  # sets is roughly popularity order; int8 scores tie often, so ties are
+  # broken at random instead: a seeded jitter far below float32's spacing
+  # at any real score gap (the scores are float64 for this).
+  jitter = np.random.default_rng(0).random(data.num_items) * 1e-12
+
+  def score_users(tier, tier_users, *_):
+    del tier
+    return np.stack([
+        scorer(all_items, vector_of[u]).astype(np.float64) + jitter
+        for u in tier_users.tolist()
+    ])
+
+  result = hetero_training_loop.tiered_ranking_metrics(data, only, score_users)
+  return {key: value for key, value in result.items() if key != 'per_tier'}
+
+
+def _max_difference(model, reference, scorer, limit) -> float:
+  """Largest |TFLite - TF| logit over all items for a few users."""
+  users, vectors = _eval_cases(model, min(limit or 8, 8))
+  items = np.arange(model.params['item_embedding'].shape[0])
+  return max(
+      float(np.max(np.abs(scorer(items, v) - reference(items, v))))
+      for v in vectors
+  )
+
+
+def _export_model(prepared, model, output_dir, quantizations, report):
+  module = on_device_model.OnDeviceRecommender.from_model_parameters(
+      model.architecture, model.params, top_k=_TOP_K.value
+  )
+  reference = _Scorer(module=module)
+  if model.user is None:
+    name = f'tier_{model.tier}'
+    user_id = None
+  else:
+    user_id = str(prepared.data.user_ids[model.user])
+    name = f'user_{user_id}'
+  tf_metrics = _ranking_metrics(prepared, model, reference,
+                                _EVAL_USERS.value)
+  entries = []
+  for quantization in quantizations:
+    representative_users = None
+    if module.takes_user_embedding:
+      representative_users = model.eval_user_vectors[:64]
+    start = time.perf_counter()
+    model_bytes = tflite_conversion.convert_to_tflite(
+        module, quantization,
+        representative_item_ids=model.representative_items,
+        representative_user_embeddings=(
+            representative_users if quantization == 'full_integer' else None
+        ),
+    )
+    seconds = time.perf_counter() - start
+    entries.append(manifest.write_model_file(
+        output_dir, f'{name}/{quantization}.tflite', model_bytes,
+        method=prepared.method_name, tier=model.tier,
+        user=None if user_id is None else user_id,
+        embedding_dim=model.embedding_dim, quantization=quantization,
+    ))
+    scorer = _Scorer(model_bytes=model_bytes)
+    report.append({
+        'model': name,
+        'tier': model.tier,
+        'user': user_id,
+        'quantization': quantization,
+        'file_bytes': len(model_bytes),
+        'convert_seconds': seconds,
+        'max_abs_logit_difference': _max_difference(
+            model, reference, scorer, _EVAL_USERS.value
+        ),
+        'eval_users': int(min(model.eval_users.size,
+                              _EVAL_USERS.value or model.eval_users.size)),
+        'tf': tf_metrics,
+        'tflite': _ranking_metrics(prepared, model, scorer,
+                                   _EVAL_USERS.value),
+    })
+    print(_report_line(report[-1]), flush=True)
+  return entries
+
+
+def _report_line(row) -> str:
+  names = sorted(row['tf'])
+  tf_text = ' / '.join(f'{row["tf"][k]:.4f}' for k in names)
+  lite_text = ' / '.join(f'{row["tflite"][k]:.4f}' for k in names)
+  return (
+      f'{row["model"]:<16} {row["quantization"]:<13} '
+      f'{row["file_bytes"] / 1024:>9.1f} KiB  max |diff| '
+      f'{row["max_abs_logit_difference"]:.2e}  {" / ".join(names)}: '
+      f'TF {tf_text}  TFLite {lite_text}  ({row["eval_users"]} users)'
+  )
+
+
+def export() -> dict:
+  """Exports the run of --root_dir; returns the report."""
+  root_dir = flags.FLAGS.root_dir
+  if not root_dir:
+    raise exported_models.ExportError('--root_dir (a training run) is required.')
+  output_dir = _OUTPUT_DIR.value or os.path.join(root_dir, 'tflite')
+  quantizations = list(_QUANTIZATIONS.value)
+  unknown = sorted(set(quantizations) - set(tflite_conversion.QUANTIZATIONS))
+  if unknown:
+    raise exported_models.ExportError(
+        f'Unknown quantization {", ".join(unknown)}; choose from '
+        f'{", ".join(tflite_conversion.QUANTIZATIONS)}.'
+    )
+  requested_users = list(_USERS.value)
+  requested_tiers = _TIERS.value
+  _load_run_flags(root_dir)
+  prepared = training_program.prepare_run(log=lambda line: print(line, flush=True))
+  tiers_to_export = (exported_models.trained_tiers(prepared)
+                     if requested_tiers is None else list(requested_tiers))
+  users = exported_models.user_indices(prepared.data, requested_users) if (
+      requested_users) else np.zeros([0], np.int64)
+  with execution.worker_execution_context() as worker_pid:
+    run = prepared.make_training_run(worker_pid)
+    run.restore_or_initialize()
+    if run.next_round == 0:
+      raise exported_models.ExportError(
+          f'{root_dir} has no checkpoint yet: train at least one round '
+          f'(checkpoints go to {root_dir}/checkpoints).'
+      )
+    models = [exported_models.tier_model(prepared, run, tier)
+              for tier in tiers_to_export]
+    models += [exported_models.user_model(prepared, run, int(user))
+               for user in users]
+  print(f'Exporting {len(models)} model(s) of round {run.next_round} to '
+        f'{output_dir}.', flush=True)
+  os.makedirs(output_dir, exist_ok=True)
+  report, entries = [], []
+  for model in models:
+    entries += _export_model(prepared, model, output_dir, quantizations,
+                             report)
+  with open(os.path.join(output_dir, 'item_ids.json'), 'w') as f:
+    json.dump([str(i) for i in prepared.data.item_ids], f)
+  manifest.write_manifest(output_dir, entries)
+  result = {
+      'root_dir': root_dir,
+      'method': prepared.method_name,
+      'round': run.next_round,
+      'models': report,
+  }
+  path = os.path.join(output_dir, 'export_report.json')
+  with open(path + '.tmp', 'w') as f:
+    json.dump(result, f, indent=2)
+  os.replace(path + '.tmp', path)
+  return result
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  logging.set_verbosity(logging.WARNING)
+  try:
+    export()
+  except (exported_models.ExportError, training_program.FlagError,
+          errors.DataFormatError, errors.DatasetFetchError,
+          execution.WorkerStartError, manifest.ManifestError,
+          ValueError) as error:
+    print(f'error: {error}', file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
+if __name__ == '__main__':
+  app.run(main)

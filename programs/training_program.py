@@ -1,0 +1,600 @@
+"""The training program's flags and logic, shared by its two binaries.
+
+`train` (`python -m tff_fedrec.programs.train`) trains a run from these
+flags; `export` rebuilds a finished or checkpointed run from the flags it
+saved (`run.flags`) to read its models. See train.py for the usage.
+"""
+
+import dataclasses
+import os
+import sys
+from typing import Callable, Optional
+
+# TensorFlow's C++ start-up notices would bury the progress lines.
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from tff_fedrec import hetero_models
+from tff_fedrec.algorithms import hetefedrec
+from tff_fedrec.algorithms import partially_local
+from tff_fedrec.algorithms import registry
+from tff_fedrec.programs import execution
+from tff_fedrec.programs import hetero_training_loop
+from tff_fedrec.programs import standalone_training_loop
+from tff_fedrec.programs import training_loop
+from tff_fedrec.tasks import datasets
+from tff_fedrec.tasks import errors
+
+_METHOD = flags.DEFINE_enum(
+    'method', None, sorted({**registry.METHODS, **registry.HETERO_METHODS}),
+    'Federated method to train.'
+)
+_DATASET = flags.DEFINE_enum(
+    'dataset', None, [d for d in datasets.DATASETS if d != 'file'],
+    'Named data set. Without it, --data_path loads a local interactions file.',
+)
+_DATA_PATH = flags.DEFINE_string(
+    'data_path', None,
+    'Local interactions file (user,item,rating,timestamp). Alone it is the '
+    'data set; with --dataset=ml-100k/ml-1m it replaces the download.',
+)
+_SEPARATOR = flags.DEFINE_string(
+    'separator', ',', 'Field separator of --data_path (e.g. "::" or "\\t").'
+)
+_HEADER = flags.DEFINE_enum(
+    'header', 'auto', ['auto', 'true', 'false'], 'Header line in --data_path.'
+)
+_MIN_INTERACTIONS = flags.DEFINE_integer(
+    'min_interactions', 0,
+    'Drop users with fewer interactions (the paper uses 5 for Lastfm-2K and '
+    'Amazon-Video; leave-one-out needs at least 3).',
+)
+_SYNTHETIC_USERS = flags.DEFINE_integer(
+    'synthetic_users', 200, 'Users of --dataset=synthetic.'
+)
+_SYNTHETIC_ITEMS = flags.DEFINE_integer(
+    'synthetic_items', 500, 'Items of --dataset=synthetic.'
+)
+_ROUNDS = flags.DEFINE_integer('rounds', 100, 'Communication rounds.')
+_CLIENTS_PER_ROUND = flags.DEFINE_integer(
+    'clients_per_round', None,
+    'Clients per round (default: all users, as in the paper).',
+)
+_CLIENT_FRACTION = flags.DEFINE_float(
+    'client_fraction', None, 'Fraction of users per round (alternative to '
+    '--clients_per_round).',
+)
+_USERS_PER_TFF_CLIENT = flags.DEFINE_integer(
+    'users_per_tff_client', 32,
+    'Users one TFF client simulates at once (tff_fedrec.algorithms.'
+    'user_groups). Results do not depend on it; larger groups share TFF\'s '
+    'per-client cost. 1 = one TFF client per user. fedrecon always uses 1.',
+)
+_LOCAL_EPOCHS = flags.DEFINE_integer('local_epochs', 1, 'Local epochs E.')
+_BATCH_SIZE = flags.DEFINE_integer('batch_size', 256, 'Local batch size B.')
+_LEARNING_RATE = flags.DEFINE_float(
+    'learning_rate', None, 'SGD learning rate of score functions and user '
+    'embeddings (default 0.1); for the tiered methods (hetefedrec and its '
+    'baselines) Adam\'s learning rate of every parameter (default 0.001, '
+    'HeteFedRec Sec. V.D).',
+)
+_ITEM_LEARNING_RATE = flags.DEFINE_float(
+    'item_learning_rate', None,
+    'SGD learning rate of item embedding rows. Default: learning_rate * '
+    'num_items * item_lr_eta, the reference code\'s choice (13,456 on ML-100K).',
+)
+_ITEM_LR_ETA = flags.DEFINE_float(
+    'item_lr_eta', 80.0, 'eta of the default --item_learning_rate.'
+)
+_EMBEDDING_DIM = flags.DEFINE_integer('embedding_dim', 32, 'Embedding size.')
+_HIDDEN_UNITS = flags.DEFINE_list(
+    'hidden_units', [],
+    'Hidden layers of the score function (PFedRec: empty = one dense layer, '
+    'as in the paper) or of the NCF MLP (empty = 32,16,8).',
+)
+_NEGATIVES = flags.DEFINE_integer(
+    'num_negatives', 4, 'Training negatives per positive, redrawn each round.'
+)
+_EVAL_NEGATIVES = flags.DEFINE_integer(
+    'num_eval_negatives', 99, 'Sampled negatives per validation/test item.'
+)
+_DUAL_PERSONALIZATION = flags.DEFINE_bool(
+    'dual_personalization', None,
+    'Add PFedRec\'s dual personalization to fedmf / fedncf (Table 3). '
+    'pfedrec always has it.',
+)
+_LDP_NOISE = flags.DEFINE_float(
+    'ldp_noise_scale', 0.0,
+    'Laplace noise scale lambda on uploaded item embeddings (Sec. 6.6).',
+)
+_SEED = flags.DEFINE_integer('seed', 0, 'Seed of everything random.')
+_ROOT_DIR = flags.DEFINE_string(
+    'root_dir', None, 'Output directory (checkpoints, metrics, summary.json).'
+)
+_CACHE_DIR = flags.DEFINE_string(
+    'cache_dir', None, 'Download cache (default $TFF_FEDREC_CACHE or '
+    '~/.cache/tff_fedrec).',
+)
+_EVAL_EVERY = flags.DEFINE_integer(
+    'eval_every', None,
+    'Evaluate every N rounds (default 1; for the tiered methods one epoch of '
+    'the client queue).',
+)
+_TIER_RATIO = flags.DEFINE_list(
+    'tier_ratio', ['5', '3', '2'],
+    'Tiered methods: small:medium:large shares of users by training data '
+    'size (HeteFedRec Table VI: 5,3,2 / 1,1,1 / 2,3,5).',
+)
+_TIER_WIDTHS = flags.DEFINE_list(
+    'tier_widths', ['8', '16', '32'],
+    'Tiered methods: item-embedding sizes N_s,N_m,N_l (Table VII: 2,4,8 / '
+    '8,16,32 / 32,64,128).',
+)
+_MODEL = flags.DEFINE_enum(
+    'model', 'ncf', ['ncf', 'lightgcn'],
+    'Tiered methods: base model, Fed-NCF or Fed-LightGCN (one propagation '
+    'layer on each user\'s local graph).',
+)
+_USER_OPTIMIZER = flags.DEFINE_enum(
+    'user_optimizer', 'sgd', ['sgd', 'adam'],
+    'Tiered methods: how a client moves its private user embedding: sgd is '
+    'HeteFedRec\'s Eq. 3; adam keeps Adam moments in the client state.',
+)
+_USER_LR = flags.DEFINE_float(
+    'user_learning_rate', 0.001,
+    'Tiered methods: learning rate of the private user embedding.',
+)
+_DUAL_TASK = flags.DEFINE_bool(
+    'dual_task', True, 'hetefedrec: unified dual-task learning (Eq. 11).'
+)
+_DECORRELATION_WEIGHT = flags.DEFINE_float(
+    'decorrelation_weight', 1.0,
+    'hetefedrec: alpha of the decorrelation regulariser (Eq. 14); 0 = off.',
+)
+_DISTILLATION_ITEMS = flags.DEFINE_integer(
+    'distillation_items', 256,
+    'hetefedrec: items in each round\'s distillation subset (Eq. 16); 0 = off.',
+)
+_DISTILLATION_LR = flags.DEFINE_float(
+    'distillation_learning_rate', 0.001,
+    'hetefedrec: gradient step of the distillation loss (Eq. 17).',
+)
+_CHECKPOINT_EVERY = flags.DEFINE_integer(
+    'checkpoint_every', 1, 'Checkpoint every N rounds.'
+)
+_MAX_WORKER_RESTARTS = flags.DEFINE_integer(
+    'max_worker_restarts', 3,
+    'If the TFF worker dies, restart it and resume from the last checkpoint '
+    'this many times before giving up.',
+)
+_EXECUTOR = flags.DEFINE_enum(
+    'executor', 'local', ['local', 'remote'],
+    'local: a TFF worker this program starts and owns. remote: the TFF '
+    'workers of --workers (start each with `python -m '
+    'tff_fedrec.programs.worker --port=PORT`); each round\'s clients are '
+    'split among them.',
+)
+_WORKERS = flags.DEFINE_list(
+    'workers', [], 'HOST:PORT of each TFF worker for --executor=remote.'
+)
+_WORKER_TIMEOUT = flags.DEFINE_float(
+    'worker_timeout_seconds', 60.0,
+    'How long a --workers worker may take to answer at the start, and (a '
+    'tenth of it, at least 5 s) stay unreachable during a run, before the '
+    'run stops with an error naming it.',
+)
+_ALLOW_INSECURE_REMOTE = flags.DEFINE_bool(
+    'allow_insecure_remote', False,
+    'Accept worker addresses off this machine. TFF workers have no '
+    'authentication or TLS.',
+)
+
+
+RUN_FLAGS_FILE = 'run.flags'
+
+
+class FlagError(ValueError):
+  """Inconsistent or missing flags."""
+
+
+def _data_config() -> datasets.DataConfig:
+  dataset = _DATASET.value
+  if dataset is None:
+    if not _DATA_PATH.value:
+      raise FlagError(
+          'Give --dataset=ml-100k|ml-1m|synthetic, or --data_path=FILE for a '
+          'local interactions file.'
+      )
+    dataset = 'file'
+  elif dataset == 'synthetic' and _DATA_PATH.value:
+    raise FlagError('--data_path cannot be combined with --dataset=synthetic.')
+  header = {'auto': 'auto', 'true': True, 'false': False}[_HEADER.value]
+  return datasets.DataConfig(
+      dataset=dataset,
+      data_path=_DATA_PATH.value,
+      separator=_SEPARATOR.value.encode().decode('unicode_escape'),
+      header=header,
+      cache_dir=_CACHE_DIR.value,
+      synthetic_users=_SYNTHETIC_USERS.value,
+      synthetic_items=_SYNTHETIC_ITEMS.value,
+      min_interactions_per_user=_MIN_INTERACTIONS.value,
+      seed=_SEED.value,
+  )
+
+
+def _sgd_learning_rate() -> float:
+  return 0.1 if _LEARNING_RATE.value is None else _LEARNING_RATE.value
+
+
+def _clients_per_round(num_users: int) -> int:
+  if _CLIENTS_PER_ROUND.value is not None and _CLIENT_FRACTION.value is not None:
+    raise FlagError('Give --clients_per_round or --client_fraction, not both.')
+  if _CLIENT_FRACTION.value is not None:
+    if not 0 < _CLIENT_FRACTION.value <= 1:
+      raise FlagError('--client_fraction must be in (0, 1].')
+    return max(1, int(num_users * _CLIENT_FRACTION.value))
+  if _CLIENTS_PER_ROUND.value is None:
+    return num_users
+  if not 1 <= _CLIENTS_PER_ROUND.value <= num_users:
+    raise FlagError(
+        f'--clients_per_round must be in [1, {num_users}] (the number of '
+        f'users); got {_CLIENTS_PER_ROUND.value}.'
+    )
+  return _CLIENTS_PER_ROUND.value
+
+
+def _training_config(num_items: int) -> partially_local.ClientTrainingConfig:
+  method = _METHOD.value
+  dual = _DUAL_PERSONALIZATION.value
+  if dual is None:
+    dual = method in registry.ALWAYS_DUAL_PERSONALIZED
+  item_lr = _ITEM_LEARNING_RATE.value
+  if item_lr is None:
+    item_lr = _sgd_learning_rate() * num_items * _ITEM_LR_ETA.value
+  for name, value in [('rounds', _ROUNDS.value), ('local_epochs', _LOCAL_EPOCHS.value),
+                      ('batch_size', _BATCH_SIZE.value),
+                      ('embedding_dim', _EMBEDDING_DIM.value),
+                      ('users_per_tff_client', _USERS_PER_TFF_CLIENT.value)]:
+    if value < 1:
+      raise FlagError(f'--{name} must be at least 1; got {value}.')
+  return partially_local.ClientTrainingConfig(
+      learning_rate=_sgd_learning_rate(),
+      item_learning_rate=item_lr,
+      batch_size=_BATCH_SIZE.value,
+      local_epochs=_LOCAL_EPOCHS.value,
+      dual_personalization=dual,
+      ldp_noise_scale=_LDP_NOISE.value,
+  )
+
+
+def _results_table(summary: dict) -> str:
+  test, val = summary['test'], summary['validation']
+  rows = [
+      ('method', summary['method']),
+      ('dataset', summary['dataset']),
+      ('rounds completed', summary['rounds_completed']),
+      ('best round (by validation HR@10)', summary['best_round']),
+      ('validation HR@10 / NDCG@10', f'{val["hr@10"]:.4f} / {val["ndcg@10"]:.4f}'),
+      ('test HR@10 / NDCG@10 at best round', f'{test["hr@10"]:.4f} / {test["ndcg@10"]:.4f}'),
+      ('test AUC at best round', f'{test["auc"]:.4f}'),
+      ('seconds per round (median)', f'{summary["seconds_per_round"]:.2f}'),
+      ('peak RSS (program + TFF worker)', f'{summary["peak_rss_mb"]:.0f} MB'),
+      ('client state per user', f'{summary["client_state_bytes_per_user"] / 1024:.1f} KiB'),
+  ]
+  width = max(len(name) for name, _ in rows)
+  return '\n'.join(f'{name:<{width}}  {value}' for name, value in rows)
+
+
+def _remote_workers() -> list[str]:
+  """--workers, checked; empty for --executor=local."""
+  if _EXECUTOR.value == 'local':
+    if _WORKERS.value:
+      raise FlagError('--workers needs --executor=remote.')
+    return []
+  return execution.parse_worker_addresses(
+      _WORKERS.value, allow_insecure_remote=_ALLOW_INSECURE_REMOTE.value
+  )
+
+
+def _executor_summary() -> dict:
+  """Where the computations ran; with remote workers, `peak_rss_mb` is the
+  program's alone."""
+  return {'kind': _EXECUTOR.value, 'workers': _remote_workers()}
+
+
+def _train_with_worker_restarts(
+    root_dir: str, train: Callable[[Optional[int]], dict]
+):
+  """Runs `train(worker_pid)` on a TFF worker of its own; if the worker
+  dies, restarts it and calls `train` again (which resumes from the last
+  checkpoint), at most --max_worker_restarts times.
+
+  With --executor=remote, runs `train(None)` on the --workers instead; they
+  are not ours to restart, so a worker that stops answering ends the run
+  with `WorkerDiedError` (the last checkpoint stays intact)."""
+  workers = _remote_workers()
+  if workers:
+    print(f'TFF workers: {", ".join(workers)}.', flush=True)
+    with execution.remote_workers_context(
+        workers,
+        ready_timeout_seconds=_WORKER_TIMEOUT.value,
+        unreachable_seconds=max(5.0, _WORKER_TIMEOUT.value / 10),
+    ):
+      return train(None)
+  restarts = 0
+  while True:
+    try:
+      with execution.worker_execution_context(
+          log_path=os.path.join(root_dir, 'worker.log')
+      ) as worker_pid:
+        return train(worker_pid)
+    except execution.WorkerDiedError as error:
+      if restarts >= _MAX_WORKER_RESTARTS.value:
+        raise
+      restarts += 1
+      print(
+          f'{error} Restarting it and resuming from the last checkpoint '
+          f'(restart {restarts} of at most {_MAX_WORKER_RESTARTS.value}).',
+          flush=True,
+      )
+
+
+def _int_list(name: str, values: list[str]) -> tuple[int, ...]:
+  try:
+    parsed = tuple(int(v) for v in values)
+  except ValueError:
+    raise FlagError(f'--{name} takes comma-separated integers; got {values}.')
+  if len(parsed) != 3:
+    raise FlagError(f'--{name} needs 3 values (small, medium, large).')
+  return parsed
+
+
+def _hetero_results_table(summary: dict) -> str:
+  test = summary['test']
+  rows = [
+      ('method', summary['method']),
+      ('dataset', summary['dataset']),
+      ('rounds completed', summary['rounds_completed']),
+      ('test Recall@20 / NDCG@20 (last round)',
+       f'{test["recall@20"]:.5f} / {test["ndcg@20"]:.5f}'),
+  ]
+  for name, tier in test['per_tier'].items():
+    sent = summary['bytes_per_client'][name]
+    rows.append((
+        f'  {name} ({tier["users"]} users)',
+        f'{tier["recall@20"]:.5f} / {tier["ndcg@20"]:.5f}; per client '
+        f'{sent["download"] / 1024:.1f} KiB down, '
+        f'{sent["upload"] / 1024:.1f} KiB up',
+    ))
+  rows += [
+      ('seconds per round (median)', f'{summary["seconds_per_round"]:.2f}'),
+      ('peak RSS (program + TFF worker)', f'{summary["peak_rss_mb"]:.0f} MB'),
+  ]
+  if summary['singular_value_variance_large'] is not None:
+    rows.append(('singular-value variance of V_l (Table V)',
+                 f'{summary["singular_value_variance_large"]:.4g}'))
+  width = max(len(name) for name, _ in rows)
+  return '\n'.join(f'{name:<{width}}  {value}' for name, value in rows)
+
+
+@dataclasses.dataclass(frozen=True)
+class PreparedRun:
+  """A run built from the flags, before any round: what `run` trains and
+  what `export` reads checkpoints with.
+
+  Attributes:
+    method_name: --method.
+    tiered: Whether the method is a HeteFedRec-family (tiered) one.
+    data: The loaded data (leave-one-out or random split).
+    method: The built method.
+    root_dir: --root_dir.
+    make_training_run: worker_pid -> the program logic object
+      (`training_loop.TrainingRun` or `hetero_training_loop.HeteroTrainingRun`).
+    results_table: summary -> the printed table.
+  """
+
+  method_name: str
+  tiered: bool
+  data: object
+  method: object
+  root_dir: str
+  make_training_run: Callable[[Optional[int]], object]
+  results_table: Callable[[dict], str]
+
+
+def _prepare_tiered(data_config, summary_fields):
+  """The tiered methods: random split, tiers, full ranking (HeteFedRec)."""
+  data = datasets.load_random_split(data_config)
+  widths = _int_list('tier_widths', _TIER_WIDTHS.value)
+  ratio = _int_list('tier_ratio', _TIER_RATIO.value)
+  if _HIDDEN_UNITS.value:
+    hidden_units = tuple(int(u) for u in _HIDDEN_UNITS.value)
+  else:
+    hidden_units = (8, 8)
+  spec = hetero_models.HeteroSpec(
+      num_items=data.num_items, widths=widths, hidden_units=hidden_units,
+      model=_MODEL.value,
+  )
+  config = hetefedrec.HeteroConfig(
+      learning_rate=(
+          0.001 if _LEARNING_RATE.value is None else _LEARNING_RATE.value
+      ),
+      dual_task=_DUAL_TASK.value,
+      decorrelation_weight=_DECORRELATION_WEIGHT.value,
+      distillation_items=_DISTILLATION_ITEMS.value,
+      distillation_learning_rate=_DISTILLATION_LR.value,
+      user_optimizer=_USER_OPTIMIZER.value,
+      user_learning_rate=_USER_LR.value,
+      seed=_SEED.value,
+  )
+  if _CLIENTS_PER_ROUND.value is None and _CLIENT_FRACTION.value is None:
+    clients_per_round = min(256, data.num_users)
+  else:
+    clients_per_round = _clients_per_round(data.num_users)
+  rounds_per_epoch = -(-data.num_users // clients_per_round)
+  loop_config = hetero_training_loop.HeteroLoopConfig(
+      rounds=_ROUNDS.value,
+      clients_per_round=clients_per_round,
+      tier_ratio=ratio,
+      negatives_per_positive=_NEGATIVES.value,
+      seed=_SEED.value,
+      eval_every=_EVAL_EVERY.value or rounds_per_epoch,
+      users_per_client=_USERS_PER_TFF_CLIENT.value,
+      checkpoint_every=_CHECKPOINT_EVERY.value,
+  )
+  method = registry.get_builder(_METHOD.value)(
+      spec=spec, config=config, seed=_SEED.value
+  )
+  description = (
+      f'{data.num_items} items, {clients_per_round} clients per round '
+      f'({rounds_per_epoch} rounds per epoch), tiers {ratio}, widths '
+      f'{widths}.'
+  )
+  summary_fields['config'] = {
+      'method': dataclasses.asdict(method.config),
+      'loop': dataclasses.asdict(loop_config),
+      'model': _MODEL.value,
+      'widths': list(widths),
+      'hidden_units': list(hidden_units),
+      'model_tier': list(method.model_tier),
+      'included': list(method.included),
+  }
+  if method.personal_models:
+    run_class = standalone_training_loop.StandaloneTrainingRun
+  else:
+    run_class = hetero_training_loop.HeteroTrainingRun
+  return data, method, loop_config, run_class, description
+
+
+def _prepare_leave_one_out(data_config, summary_fields):
+  """PFedRec's protocol: leave-one-out, 1 + 99 ranking."""
+  data = datasets.load_leave_one_out(
+      data_config, num_eval_negatives=_EVAL_NEGATIVES.value
+  )
+  training = _training_config(data.num_items)
+  loop_config = training_loop.LoopConfig(
+      rounds=_ROUNDS.value,
+      clients_per_round=_clients_per_round(data.num_users),
+      negatives_per_positive=_NEGATIVES.value,
+      seed=_SEED.value,
+      eval_every=_EVAL_EVERY.value or 1,
+      checkpoint_every=_CHECKPOINT_EVERY.value,
+      users_per_client=_USERS_PER_TFF_CLIENT.value,
+  )
+  method = registry.get_builder(_METHOD.value)(
+      num_items=data.num_items,
+      embedding_dim=_EMBEDDING_DIM.value,
+      hidden_units=tuple(int(u) for u in _HIDDEN_UNITS.value),
+      training=training,
+      seed=_SEED.value,
+      model_aggregator=None,
+  )
+  description = (
+      f'{data.num_items} items, {loop_config.clients_per_round} clients per '
+      f'round; item learning rate {training.item_learning_rate:g}.'
+  )
+  summary_fields['config'] = {
+      'training': dataclasses.asdict(training),
+      'loop': dataclasses.asdict(loop_config),
+      'embedding_dim': _EMBEDDING_DIM.value,
+      'hidden_units': list(method.spec.hidden_units),
+  }
+  return data, method, loop_config, training_loop.TrainingRun, description
+
+
+def prepare_run(*, log: Callable[[str], None] = print) -> PreparedRun:
+  """Checks the flags, loads the data and builds the method."""
+  if _METHOD.value is None:
+    known = sorted({**registry.METHODS, **registry.HETERO_METHODS})
+    raise FlagError(f'--method is required: one of {", ".join(known)}.')
+  if not _ROOT_DIR.value:
+    raise FlagError('--root_dir is required (checkpoints and results go there).')
+  _remote_workers()  # Bad worker flags stop the run before data loads.
+  registry.get_builder(_METHOD.value)  # An unknown method too.
+  data_config = _data_config()
+  tiered = _METHOD.value in registry.HETERO_METHODS
+  summary_fields = {
+      'method': _METHOD.value,
+      'dataset': data_config.dataset,
+      'executor': _executor_summary(),
+  }
+  prepare = _prepare_tiered if tiered else _prepare_leave_one_out
+  data, method, loop_config, run_class, description = prepare(
+      data_config, summary_fields
+  )
+  log(f'{_METHOD.value} on {data_config.dataset}: {data.num_users} users, '
+      f'{description}')
+  root_dir = _ROOT_DIR.value
+  return PreparedRun(
+      method_name=_METHOD.value,
+      tiered=tiered,
+      data=data,
+      method=method,
+      root_dir=root_dir,
+      make_training_run=lambda worker_pid: run_class(
+          method, data, loop_config, root_dir,
+          log=log, worker_pid=worker_pid, summary_fields=summary_fields,
+      ),
+      results_table=_hetero_results_table if tiered else _results_table,
+  )
+
+
+def _flag_lines() -> list[str]:
+  """This program's flags as flagfile lines."""
+  names = sorted(
+      holder.name for holder in globals().values()
+      if isinstance(holder, flags.FlagHolder)
+  )
+  return [
+      line for line in (flags.FLAGS[name].serialize() for name in names)
+      if line
+  ]
+
+
+def write_run_flags(root_dir: str) -> None:
+  """Writes <root_dir>/run.flags (atomically), the flags of the run, so that
+  `export` can rebuild it."""
+  path = os.path.join(root_dir, RUN_FLAGS_FILE)
+  with open(path + '.tmp', 'w') as f:
+    f.write('\n'.join(_flag_lines()) + '\n')
+  os.replace(path + '.tmp', path)
+
+
+def run() -> dict:
+  """Runs the program from the parsed flags; returns the summary."""
+  log = lambda line: print(line, flush=True)
+  prepared = prepare_run(log=log)
+  os.makedirs(prepared.root_dir, exist_ok=True)
+  write_run_flags(prepared.root_dir)
+  summary = _train_with_worker_restarts(
+      prepared.root_dir,
+      lambda worker_pid: prepared.make_training_run(worker_pid).train(),
+  )
+  print(prepared.results_table(summary), flush=True)
+  return summary
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  logging.set_verbosity(logging.WARNING)
+  try:
+    run()
+  except execution.WorkerDiedError as error:
+    restart = (
+        'start the worker again and ' if _EXECUTOR.value == 'remote' else ''
+    )
+    print(
+        f'error: {error} The last checkpoint in --root_dir is intact; '
+        f'{restart}run the same command again to resume from it.',
+        file=sys.stderr, flush=True,
+    )
+    sys.exit(3)
+  except (FlagError, errors.DataFormatError, errors.DatasetFetchError,
+          execution.WorkerStartError, ValueError) as error:
+    print(f'error: {error}', file=sys.stderr, flush=True)
+    sys.exit(2)
+

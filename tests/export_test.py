@@ -1,0 +1,186 @@
+"""End-to-end: train a run, export it to TFLite, check the files on the
+interpreter against the training side.
+
+Runs `python -m tff_fedrec.programs.train` and then
+`python -m tff_fedrec.programs.export` in subprocesses, as a user does.
+"""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tff_fedrec.export import manifest
+
+_PFEDREC = [
+    '--method=pfedrec', '--dataset=synthetic', '--synthetic_users=30',
+    '--synthetic_items=600', '--embedding_dim=8', '--item_learning_rate=50',
+    '--rounds=2',
+]
+_TIERED = [
+    '--dataset=synthetic', '--synthetic_users=40', '--synthetic_items=150',
+    '--clients_per_round=20', '--tier_widths=2,4,8', '--rounds=2',
+    '--eval_every=1',
+]
+
+
+def _program(name, args, timeout=600):
+  return subprocess.run(
+      [sys.executable, '-m', f'tff_fedrec.programs.{name}', *args],
+      capture_output=True, text=True, timeout=timeout,
+  )
+
+
+def _train(root_dir, args):
+  result = _program('train', [*args, f'--root_dir={root_dir}'])
+  assert result.returncode == 0, result.stderr[-3000:]
+
+
+def _report(output_dir):
+  with open(os.path.join(output_dir, 'export_report.json')) as f:
+    return json.load(f)
+
+
+@pytest.fixture(scope='module')
+def pfedrec_export(tmp_path_factory):
+  root_dir = str(tmp_path_factory.mktemp('pfedrec'))
+  _train(root_dir, _PFEDREC)
+  result = _program('export', [
+      f'--root_dir={root_dir}', '--users=all', '--quantizations=float32',
+  ])
+  assert result.returncode == 0, result.stderr[-3000:]
+  return root_dir, os.path.join(root_dir, 'tflite')
+
+
+def test_pfedrec_user_models_rank_like_the_training_side(pfedrec_export):
+  root_dir, output_dir = pfedrec_export
+  rows = [r for r in _report(output_dir)['models'] if r['user'] is not None]
+  assert len(rows) == 30
+  # Each user's own model (personal score function and fine-tuned rows)
+  # ranked its test case; their mean is the run's last-round test HR@10.
+  with open(os.path.join(root_dir, 'metrics.csv')) as f:
+    last = list(csv.DictReader(f))[-1]
+  for key, column in (('hr@10', 'test_hr_at_10'),
+                      ('ndcg@10', 'test_ndcg_at_10')):
+    assert np.mean([r['tf'][key] for r in rows]) == pytest.approx(
+        float(last[column]), abs=1e-6
+    )
+    assert np.mean([r['tflite'][key] for r in rows]) == pytest.approx(
+        float(last[column]), abs=1e-6
+    )
+  assert max(r['max_abs_logit_difference'] for r in rows) < 1e-5
+
+
+def test_manifest_lists_every_file_with_its_checksum(pfedrec_export):
+  _, output_dir = pfedrec_export
+  entries = manifest.read_manifest(output_dir, verify=True)
+  assert {e.tier for e in entries} == {'single'}
+  assert sum(e.user is None for e in entries) == 1  # The global model.
+  users = sorted(e.user for e in entries if e.user is not None)
+  assert len(users) == 30 and all(e.embedding_dim == 8 for e in entries)
+  for entry in entries:
+    path = os.path.join(output_dir, entry.path)
+    assert os.path.getsize(path) == entry.size_bytes
+  # One data-set item id per model row, distinct.
+  item_ids = _item_ids(output_dir)
+  assert 0 < len(item_ids) <= 600 and len(set(item_ids)) == len(item_ids)
+
+
+def _item_ids(output_dir):
+  with open(os.path.join(output_dir, 'item_ids.json')) as f:
+    return json.load(f)
+
+
+def test_top_k_of_an_exported_user_model_skips_the_seen_items(pfedrec_export):
+  _, output_dir = pfedrec_export
+  entry = next(e for e in manifest.read_manifest(output_dir)
+               if e.user is not None)
+  with open(os.path.join(output_dir, entry.path), 'rb') as f:
+    interpreter = tf.lite.Interpreter(model_content=f.read())
+  score = interpreter.get_signature_runner('score')
+  top_k = interpreter.get_signature_runner('top_k')
+  num_items = len(_item_ids(output_dir))
+  scores = score(item_ids=np.arange(num_items, dtype=np.int32))['scores']
+  seen = np.argsort(-scores)[:5].astype(np.int32)  # The 5 best are "seen".
+  result = top_k(exclude_ids=seen)
+  assert not set(result['item_ids'].tolist()) & set(seen.tolist())
+  expected = [i for i in np.argsort(-scores, kind='stable')
+              if i not in seen][:10]
+  np.testing.assert_array_equal(result['item_ids'], expected)
+  np.testing.assert_allclose(result['scores'], scores[expected], rtol=1e-6)
+
+
+def test_tier_models_of_hetefedrec_rank_like_the_training_side(tmp_path):
+  root_dir = str(tmp_path / 'hetefedrec')
+  _train(root_dir, ['--method=hetefedrec', *_TIERED])
+  result = _program('export', [f'--root_dir={root_dir}'])
+  assert result.returncode == 0, result.stderr[-3000:]
+  with open(os.path.join(root_dir, 'summary.json')) as f:
+    per_tier = json.load(f)['test']['per_tier']
+  rows = _report(os.path.join(root_dir, 'tflite'))['models']
+  assert {(r['tier'], r['quantization']) for r in rows} == {
+      (t, q) for t in ('small', 'medium', 'large')
+      for q in ('float32', 'float16', 'dynamic_range', 'full_integer')
+  }
+  for row in rows:
+    expected = per_tier[row['tier']]
+    for key in ('recall@20', 'ndcg@20'):
+      # The TF model the file was made from ranks as training did.
+      assert row['tf'][key] == pytest.approx(expected[key], abs=1e-9)
+      if row['quantization'] == 'float32':
+        assert row['tflite'][key] == pytest.approx(expected[key], abs=1e-9)
+    if row['quantization'] == 'float32':
+      assert row['max_abs_logit_difference'] < 1e-5
+    assert row['max_abs_logit_difference'] < 0.1
+
+
+@pytest.mark.parametrize('method, flags, message', [
+    ('all_small', ['--tiers=large'], "trains no 'large' model"),
+    ('standalone', [], 'every user trains its own'),
+    ('standalone', ['--users=nosuchuser'], 'Unknown user id'),
+    ('all_small', ['--quantizations=int4'], 'Unknown quantization int4'),
+])
+def test_export_refuses_what_the_run_cannot_give(
+    tmp_path, method, flags, message
+):
+  root_dir = str(tmp_path / method)
+  _train(root_dir, [f'--method={method}', *_TIERED, '--rounds=1'])
+  if method == 'standalone' and not flags:
+    flags = ['--tiers=small']
+  result = _program('export', [f'--root_dir={root_dir}', *flags])
+  assert result.returncode == 2
+  assert message in result.stderr
+  assert 'Traceback' not in result.stderr
+
+
+def test_standalone_users_export_their_own_models(tmp_path):
+  root_dir = str(tmp_path / 'standalone')
+  _train(root_dir, ['--method=standalone', *_TIERED, '--rounds=1'])
+  result = _program('export', [
+      f'--root_dir={root_dir}', '--users=u0,u1', '--quantizations=float32',
+  ])
+  assert result.returncode == 0, result.stderr[-3000:]
+  rows = _report(os.path.join(root_dir, 'tflite'))['models']
+  assert [r['user'] for r in rows] == ['u0', 'u1']
+  assert all(r['max_abs_logit_difference'] < 1e-5 for r in rows)
+  assert all(r['tf'] == pytest.approx(r['tflite'], abs=1e-9) for r in rows)
+
+
+def test_a_directory_without_a_run_or_checkpoint_is_refused(tmp_path):
+  result = _program('export', [f'--root_dir={tmp_path}'])
+  assert result.returncode == 2
+  assert 'not a training run directory' in result.stderr
+  # A run that wrote its flags but no checkpoint yet.
+  root_dir = str(tmp_path / 'fresh')
+  _train(root_dir, [*_PFEDREC[:-1], '--rounds=1'])
+  for name in os.listdir(os.path.join(root_dir, 'checkpoints')):
+    os.rename(os.path.join(root_dir, 'checkpoints', name),
+              os.path.join(root_dir, 'checkpoints', f'old_{name}'))
+  result = _program('export', [f'--root_dir={root_dir}'])
+  assert result.returncode == 2
+  assert 'has no checkpoint yet' in result.stderr

@@ -1,0 +1,233 @@
+"""Tests of k-means and the client's action-sharing rule (FedRAS Sec. 4.2)."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tff_fedrec import action_clustering
+
+_SEED = tf.constant([7, 11], tf.int64)
+
+
+def _clustered_rows(seed, sizes, width=3, spread=0.01, distance=10.0):
+  """Rows around well-separated centres, shuffled, and their true labels.
+
+  Centres are `distance` apart along the axes (centre j = distance * e_j,
+  wrapped past `width`, scaled up by the wrap count) and every row lies
+  within `spread` of its centre, so any k-means optimum with k = len(sizes)
+  is the true partition.
+  """
+  rng = np.random.default_rng(seed)
+  centres = np.zeros([len(sizes), width])
+  for j in range(len(sizes)):
+    centres[j, j % width] = distance * (1 + j // width)
+  labels = np.repeat(np.arange(len(sizes)), sizes)
+  rows = centres[labels] + rng.uniform(-spread, spread, [len(labels), width])
+  order = rng.permutation(len(labels))
+  return rows[order].astype(np.float32), labels[order]
+
+
+def _assert_same_partition(got_labels, true_labels):
+  """The two labelings group the rows identically (up to renaming)."""
+  pairs = set(zip(got_labels.tolist(), true_labels.tolist()))
+  assert len(pairs) == len(set(got_labels.tolist()))
+  assert len(pairs) == len(set(true_labels.tolist()))
+
+
+@pytest.mark.parametrize('seed', [0, 1, 2])
+def test_kmeans_recovers_separated_clusters_and_their_means(seed):
+  # Unequal sizes, including a single-row cluster: D^2 sampling still
+  # gives it a centre, as a uniform draw would rarely do.
+  rows, labels = _clustered_rows(seed, sizes=[12, 1, 5, 7, 3])
+
+  result = action_clustering.kmeans(
+      rows, 5, tf.constant([seed, 3], tf.int64)
+  )
+
+  assignments = result.assignments.numpy()
+  _assert_same_partition(assignments, labels)
+  # Each centroid is the mean of its rows: Lloyd moved the k-means++
+  # centres (which are rows themselves) to the means.
+  for cluster in range(5):
+    np.testing.assert_allclose(
+        result.centroids[cluster],
+        rows[assignments == cluster].mean(axis=0),
+        rtol=1e-6,
+    )
+
+
+def test_kmeans_is_a_function_of_the_seed():
+  rng = np.random.default_rng(5)
+  rows = rng.normal(size=[40, 4]).astype(np.float32)
+
+  first = action_clustering.kmeans(rows, 6, _SEED)
+  again = action_clustering.kmeans(rows, 6, _SEED)
+
+  np.testing.assert_array_equal(first.centroids, again.centroids)
+  np.testing.assert_array_equal(first.assignments, again.assignments)
+
+
+def test_kmeans_ignores_padding_rows():
+  rows, labels = _clustered_rows(3, sizes=[6, 4, 5])
+  # Padding far from every real row would take a centre of its own, or
+  # drag a mean, if the mask let it in.
+  padded = np.concatenate([rows, np.full([4, 3], 1e4, np.float32)])
+  mask = np.array([True] * len(rows) + [False] * 4)
+
+  result = action_clustering.kmeans(padded, 3, _SEED, row_mask=mask)
+
+  assignments = result.assignments.numpy()
+  np.testing.assert_array_equal(assignments[~mask], -1)
+  _assert_same_partition(assignments[mask], labels)
+  for cluster in range(3):
+    np.testing.assert_allclose(
+        result.centroids[cluster],
+        rows[assignments[mask] == cluster].mean(axis=0),
+        rtol=1e-6,
+    )
+
+
+def test_more_clusters_than_distinct_rows_leaves_empty_clusters_finite():
+  # Two distinct rows, four clusters: k-means++ can only draw duplicates
+  # after the first two centres, whose clusters end empty.
+  rows = np.array([[1.0, 1.0], [1.0, 1.0], [5.0, 5.0]], np.float32)
+
+  result = action_clustering.kmeans(rows, 4, _SEED)
+
+  centroids = result.centroids.numpy()
+  assert centroids.shape == (4, 2)
+  assert np.all(np.isfinite(centroids))
+  # Every centroid is one of the rows, and every row decodes to itself.
+  for centroid in centroids:
+    assert any(np.array_equal(centroid, row) for row in rows)
+  np.testing.assert_array_equal(centroids[result.assignments], rows)
+
+
+def test_kmeans_with_no_real_row_is_finite():
+  rows = np.ones([3, 2], np.float32)
+
+  result = action_clustering.kmeans(rows, 2, _SEED, row_mask=[0, 0, 0])
+
+  assert np.all(np.isfinite(result.centroids))
+  np.testing.assert_array_equal(result.assignments, [-1, -1, -1])
+
+
+def test_kmeans_traces_once_for_a_tensor_k_and_unknown_row_count():
+  rows, labels = _clustered_rows(4, sizes=[3, 4, 2, 5])
+  compiled = tf.function(
+      action_clustering.kmeans,
+      input_signature=[
+          tf.TensorSpec([None, 3], tf.float32),
+          tf.TensorSpec([], tf.int32),
+          tf.TensorSpec([2], tf.int64),
+      ],
+  )
+
+  for k in (4, 2):
+    got = compiled(rows, k, _SEED)
+    eager = action_clustering.kmeans(rows, k, _SEED)
+    assert got.centroids.shape == (k, 3)
+    np.testing.assert_allclose(got.centroids, eager.centroids, rtol=1e-6)
+    np.testing.assert_array_equal(got.assignments, eager.assignments)
+  _assert_same_partition(compiled(rows, 4, _SEED).assignments.numpy(), labels)
+  assert compiled.experimental_get_tracing_count() == 1
+
+
+def test_sent_rows_are_the_real_non_zero_rows():
+  rows = np.array([[0, 0], [0, 2], [3, 0], [1, 1]], np.float32)
+
+  got = action_clustering.sent_rows(rows, row_mask=[1, 1, 1, 0])
+
+  np.testing.assert_array_equal(got, [False, True, True, False])
+
+
+def test_within_bandwidth_is_sent_uncompressed_and_round_trips_exactly():
+  rows = np.array(
+      [[0.5, -1.0], [0.0, 0.0], [2.0, 3.0], [0.0, 0.0], [-4.0, 0.25]],
+      np.float32,
+  )
+
+  # Three non-zero rows against a bandwidth of exactly three rows.
+  message = action_clustering.encode_actions(rows, 3, _SEED)
+
+  assert not message.compressed
+  # The codebook is the non-zero rows in order; zero rows are not sent.
+  np.testing.assert_array_equal(message.actions, rows[[0, 2, 4]])
+  np.testing.assert_array_equal(message.action_index, [0, -1, 1, -1, 2])
+  np.testing.assert_array_equal(
+      action_clustering.decode_actions(
+          message.actions, message.action_index
+      ),
+      rows,
+  )
+
+
+def test_over_bandwidth_is_clustered_into_bandwidth_actions():
+  clustered, labels = _clustered_rows(6, sizes=[4, 2, 3])
+  rows = np.concatenate([clustered, np.zeros([2, 3], np.float32)])
+  padding = np.ones([1, 3], np.float32)
+  rows = np.concatenate([rows, padding])
+  mask = np.array([1] * (len(rows) - 1) + [0])
+
+  # Nine non-zero rows over a bandwidth of three: k-means into 3 actions.
+  message = action_clustering.encode_actions(rows, 3, _SEED, row_mask=mask)
+
+  assert message.compressed
+  assert message.actions.shape == (3, 3)
+  index = message.action_index.numpy()
+  np.testing.assert_array_equal(index[9:], [-1, -1, -1])
+  _assert_same_partition(index[:9], labels)
+  decoded = action_clustering.decode_actions(message.actions, index).numpy()
+  # Each row decodes to the mean of its true cluster, zeros to zero.
+  for cluster in range(3):
+    np.testing.assert_allclose(
+        decoded[:9][labels == cluster],
+        np.broadcast_to(
+            clustered[labels == cluster].mean(axis=0),
+            [np.sum(labels == cluster), 3],
+        ),
+        rtol=1e-6,
+    )
+  np.testing.assert_array_equal(decoded[9:], 0.0)
+
+
+def test_decode_by_hand_including_an_empty_codebook():
+  actions = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
+
+  got = action_clustering.decode_actions(actions, [1, -1, 0, 1])
+  nothing = action_clustering.decode_actions(
+      np.zeros([0, 2], np.float32), [-1, -1]
+  )
+
+  np.testing.assert_array_equal(got, [[3, 4], [0, 0], [1, 2], [3, 4]])
+  np.testing.assert_array_equal(nothing, np.zeros([2, 2]))
+
+
+@pytest.mark.parametrize('bandwidth', [2, 9])
+def test_encode_and_decode_in_a_tf1_graph_match_eager(bandwidth):
+  rows, _ = _clustered_rows(8, sizes=[3, 3, 2])
+
+  graph = tf.Graph()
+  with graph.as_default():
+    rows_in = tf.compat.v1.placeholder(tf.float32, [None, 3])
+    bandwidth_in = tf.compat.v1.placeholder(tf.int32, [])
+    message = action_clustering.encode_actions(
+        rows_in, bandwidth_in, tf.constant([7, 11], tf.int64)
+    )
+    decoded = action_clustering.decode_actions(
+        message.actions, message.action_index
+    )
+    with tf.compat.v1.Session(graph=graph) as session:
+      got_message, got_decoded = session.run(
+          (message, decoded), {rows_in: rows, bandwidth_in: bandwidth}
+      )
+
+  eager = action_clustering.encode_actions(rows, bandwidth, _SEED)
+  assert got_message.compressed == (bandwidth < len(rows))
+  np.testing.assert_allclose(got_message.actions, eager.actions, rtol=1e-6)
+  np.testing.assert_array_equal(got_message.action_index, eager.action_index)
+  np.testing.assert_allclose(
+      got_decoded,
+      action_clustering.decode_actions(eager.actions, eager.action_index),
+      rtol=1e-6,
+  )

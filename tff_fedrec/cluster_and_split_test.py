@@ -1,0 +1,280 @@
+"""Tests of the server's adaptive cluster-and-split (FedRAS Sec. 4.3)."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tff_fedrec import action_clustering
+from tff_fedrec import cluster_and_split
+
+_SEED = tf.constant([2, 9], tf.int64)
+
+
+def _history(*recorded):
+  return cluster_and_split.SimilarityHistory(
+      tf.constant(float(sum(recorded))), tf.constant(len(recorded))
+  )
+
+
+def _unit_circle_rows(angles_degrees, magnitudes):
+  angles = np.deg2rad(angles_degrees)
+  directions = np.stack([np.cos(angles), np.sin(angles)], axis=1)
+  return (directions * np.asarray(magnitudes)[:, np.newaxis]).astype(
+      np.float32
+  )
+
+
+# Four clusters of three rows in 2-D, at 0, 15, 180 and 195 degrees, each
+# row 1 degree either side of its centre or on it, of magnitude 1, 1.1 or
+# 1.2. The sides {0, 15} and {180, 195} are 2 apart in Euclidean distance,
+# their clusters about 0.27, so k-means into C_i = 2 groups finds the
+# sides; in each side the least cosine-similar pair is the outermost rows
+# (16 or 17 degrees apart) and every row is nearer in angle to the one on
+# its own cluster, so each split separates two clusters.
+_CLUSTER = np.repeat(np.arange(4), 3)
+_SIDE = _CLUSTER // 2
+_ORDER = np.random.default_rng(0).permutation(12)
+_ROWS = _unit_circle_rows(
+    (np.array([0, 15, 180, 195]).repeat(3) + np.tile([-1, 0, 1], 4))[_ORDER],
+    np.tile([1.0, 1.1, 1.2], 4)[_ORDER],
+)
+_CLUSTER, _SIDE = _CLUSTER[_ORDER], _SIDE[_ORDER]
+
+
+def _numpy_min_average_cosine(rows, labels):
+  """min over groups of AvgCosSim (Sec. 4.3), with mu = the group mean."""
+  values = []
+  for group in np.unique(labels[labels >= 0]):
+    members = rows[labels == group].astype(np.float64)
+    centre = members.mean(axis=0)
+    cosines = members @ centre / (
+        np.linalg.norm(members, axis=1) * np.linalg.norm(centre)
+    )
+    values.append(cosines.mean())
+  return min(values)
+
+
+def _assert_same_partition(got_labels, true_labels):
+  pairs = set(zip(np.asarray(got_labels).tolist(), true_labels.tolist()))
+  assert len(pairs) == len(set(np.asarray(got_labels).tolist()))
+  assert len(pairs) == len(set(true_labels.tolist()))
+
+
+# At 2 groups (the sides) every row is 6.5 to 8.5 degrees from its side's
+# mean, min AvgCosSim ~ cos 7.5 deg = 0.991; at the 4 clusters, 0 to about
+# 1 degree, ~ 0.9999. A threshold between them first holds at 4 groups.
+_SIDES_SIMILARITY = _numpy_min_average_cosine(_ROWS, _SIDE)
+_CLUSTERS_SIMILARITY = _numpy_min_average_cosine(_ROWS, _CLUSTER)
+
+
+def test_group_bounds_by_hand():
+  # C_e (1 -+ alpha), rounded half up: 203 * 0.8 = 162.4, 203 * 1.2 = 243.6;
+  # 10 * 0.75 = 7.5 -> 8, 10 * 1.25 = 12.5 -> 13.
+  assert cluster_and_split.group_bounds(203, 0.2) == (162, 244)
+  assert cluster_and_split.group_bounds(10, 0.25) == (8, 13)
+  assert cluster_and_split.group_bounds(5, 0.0) == (5, 5)
+  with pytest.raises(ValueError):
+    cluster_and_split.group_bounds(5, 1.0)
+  with pytest.raises(ValueError):
+    cluster_and_split.group_bounds(0, 0.2)
+
+
+def test_binary_split_at_the_least_similar_pair_ties_to_the_first():
+  # C_e = 2, alpha = 0.5: C_i = 1 group of all five rows, split once. The
+  # least similar pair is (1, 0) against (-1, 0) (cosine -1); the (0, 1)
+  # rows are orthogonal to both, a tie, and join the first centre.
+  rows = np.array([[1, 0], [0, 1], [-1, 0], [1, 0], [0, 1]], np.float32)
+
+  result = cluster_and_split.cluster_and_split(
+      rows, expected_groups=2, alpha=0.5,
+      history=cluster_and_split.initial_similarity_history(), seed=_SEED,
+  )
+
+  np.testing.assert_array_equal(result.assignments, [0, 0, 1, 0, 0])
+  np.testing.assert_array_equal(result.parents, [0, 0, 2])
+  assert int(result.group_count) == 2
+  # The mixed group's mean is along (1, 1), 45 degrees from each member.
+  np.testing.assert_allclose(
+      result.similarity_at_expected, np.sqrt(0.5), rtol=1e-6
+  )
+  np.testing.assert_allclose(result.history.total, np.sqrt(0.5), rtol=1e-6)
+  assert int(result.history.count) == 1
+
+
+@pytest.mark.parametrize('seed', [0, 1, 2])
+def test_round_zero_splits_straight_to_expected_and_recovers_clusters(seed):
+  # C_e = 4, alpha = 0.5: C_i = 2, C_m = 6. No history: stop at C_e.
+  result = cluster_and_split.cluster_and_split(
+      _ROWS, expected_groups=4, alpha=0.5,
+      history=cluster_and_split.initial_similarity_history(),
+      seed=tf.constant([seed, 1], tf.int64),
+  )
+
+  assert int(result.group_count) == 4
+  assert int(result.final_count) == 4
+  _assert_same_partition(result.assignments, _CLUSTER)
+  np.testing.assert_allclose(
+      result.similarity_at_expected, _CLUSTERS_SIMILARITY, rtol=1e-6
+  )
+  # Labels 2 and 3 were split off the two k-means groups 0 and 1.
+  parents = result.parents.numpy()
+  assert sorted(parents[2:4]) == [0, 1]
+  np.testing.assert_array_equal(parents[[0, 1, 4, 5]], [0, 1, 4, 5])
+
+  actions = cluster_and_split.actions_at(_ROWS, result)
+  for group in range(4):
+    np.testing.assert_allclose(
+        actions.centroids[group],
+        _ROWS[result.assignments.numpy() == group].mean(axis=0),
+        rtol=1e-6,
+    )
+
+
+@pytest.mark.parametrize(
+    'threshold,group_count,final_count',
+    [
+        # Met by the sides already: stop at 2, split on to C_e = 4 only to
+        # record the similarity there.
+        (_SIDES_SIMILARITY - 0.001, 2, 4),
+        # Between the sides and the clusters: the first stop is at 4.
+        ((_SIDES_SIMILARITY + _CLUSTERS_SIMILARITY) / 2, 4, 4),
+        # Above what the clusters reach: split to C_m = 6.
+        (1.0, 6, 6),
+    ],
+)
+def test_stop_at_the_learned_threshold(threshold, group_count, final_count):
+  # The threshold is the mean of the earlier rounds' records.
+  history = _history(threshold - 0.002, threshold + 0.002)
+
+  result = cluster_and_split.cluster_and_split(
+      _ROWS, expected_groups=4, alpha=0.5, history=history, seed=_SEED
+  )
+
+  assert int(result.group_count) == group_count
+  assert int(result.final_count) == final_count
+  # The record is taken at C_e = 4 groups, the clusters, in every case.
+  np.testing.assert_allclose(
+      result.similarity_at_expected, _CLUSTERS_SIMILARITY, rtol=1e-6
+  )
+  np.testing.assert_allclose(
+      result.history.total, 2 * threshold + _CLUSTERS_SIMILARITY, rtol=1e-6
+  )
+  assert int(result.history.count) == 3
+  server = cluster_and_split.actions_at(_ROWS, result)
+  assert server.centroids.shape == (group_count, 2)
+  expected = _SIDE if group_count == 2 else _CLUSTER
+  if group_count <= 4:
+    _assert_same_partition(server.assignments, expected)
+
+
+def test_each_bandwidth_gets_the_groups_at_that_count():
+  result = cluster_and_split.cluster_and_split(
+      _ROWS, expected_groups=4, alpha=0.5,
+      history=cluster_and_split.initial_similarity_history(), seed=_SEED,
+  )
+
+  at_two = cluster_and_split.actions_at(_ROWS, result, bandwidth=2)
+  at_three = cluster_and_split.actions_at(_ROWS, result, tf.constant(3))
+  at_ten = cluster_and_split.actions_at(_ROWS, result, bandwidth=10)
+
+  # Two groups are the sides, k-means' C_i groups before any split.
+  _assert_same_partition(at_two.assignments, _SIDE)
+  # Three: one side whole, the other in its two clusters, so the groups
+  # are finer than the sides and coarser than the clusters.
+  labels = at_three.assignments.numpy()
+  assert len(set(zip(labels.tolist(), _SIDE.tolist()))) == 3
+  assert len(set(zip(labels.tolist(), _CLUSTER.tolist()))) == 4
+  for actions in (at_two, at_three):
+    groups = actions.assignments.numpy()
+    for group in range(actions.centroids.shape[0]):
+      np.testing.assert_allclose(
+          actions.centroids[group],
+          _ROWS[groups == group].mean(axis=0),
+          rtol=1e-6,
+      )
+  # A bandwidth above the round's count gets the server's matrix.
+  assert at_ten.centroids.shape == (4, 2)
+  _assert_same_partition(at_ten.assignments, _CLUSTER)
+  with pytest.raises(tf.errors.InvalidArgumentError, match='C_e'):
+    cluster_and_split.actions_at(_ROWS, result, bandwidth=1)
+
+
+def test_zero_and_masked_rows_are_not_clustered():
+  rows = np.concatenate(
+      [_ROWS, np.zeros([3, 2], np.float32), np.ones([1, 2], np.float32)]
+  )
+  mask = np.array([True] * 15 + [False])
+
+  result = cluster_and_split.cluster_and_split(
+      rows, expected_groups=4, alpha=0.5,
+      history=cluster_and_split.initial_similarity_history(), seed=_SEED,
+      row_mask=mask,
+  )
+
+  labels = result.assignments.numpy()
+  np.testing.assert_array_equal(labels[12:], -1)
+  _assert_same_partition(labels[:12], _CLUSTER)
+  actions = cluster_and_split.actions_at(rows, result)
+  decoded = action_clustering.decode_actions(
+      actions.centroids, actions.assignments
+  )
+  np.testing.assert_array_equal(decoded[12:], 0.0)
+
+
+def test_a_round_with_nothing_to_cluster_records_nothing():
+  history = _history(0.9)
+
+  result = cluster_and_split.cluster_and_split(
+      np.zeros([5, 2], np.float32), expected_groups=2, alpha=0.5,
+      history=history, seed=_SEED,
+  )
+
+  np.testing.assert_array_equal(result.assignments, -1)
+  np.testing.assert_allclose(result.history.total, 0.9)
+  assert int(result.history.count) == 1
+
+
+def test_alpha_zero_is_plain_kmeans_into_expected_groups():
+  # C_i = C_m = C_e = 4, the FedRAS-F ablation: no split whatever tau is.
+  result = cluster_and_split.cluster_and_split(
+      _ROWS, expected_groups=4, alpha=0.0, history=_history(1.0), seed=_SEED
+  )
+  kmeans = action_clustering.kmeans(_ROWS, 4, _SEED)
+
+  assert int(result.group_count) == 4
+  np.testing.assert_array_equal(result.parents, np.arange(4))
+  np.testing.assert_array_equal(result.assignments, kmeans.assignments)
+
+
+def test_runs_in_a_tf1_graph_like_eagerly():
+  graph = tf.Graph()
+  with graph.as_default():
+    gradient = tf.compat.v1.placeholder(tf.float32, [None, 2])
+    total = tf.compat.v1.placeholder(tf.float32, [])
+    count = tf.compat.v1.placeholder(tf.int32, [])
+    bandwidth = tf.compat.v1.placeholder(tf.int32, [])
+    result = cluster_and_split.cluster_and_split(
+        gradient, expected_groups=4, alpha=0.5,
+        history=cluster_and_split.SimilarityHistory(total, count),
+        seed=tf.constant([2, 9], tf.int64),
+    )
+    actions = cluster_and_split.actions_at(gradient, result, bandwidth)
+    with tf.compat.v1.Session(graph=graph) as session:
+      got_result, got_actions = session.run(
+          (result, actions),
+          {gradient: _ROWS, total: 0.0, count: 0, bandwidth: 3},
+      )
+
+  eager = cluster_and_split.cluster_and_split(
+      _ROWS, expected_groups=4, alpha=0.5,
+      history=cluster_and_split.initial_similarity_history(), seed=_SEED,
+  )
+  eager_actions = cluster_and_split.actions_at(_ROWS, eager, bandwidth=3)
+  np.testing.assert_array_equal(got_result.assignments, eager.assignments)
+  assert got_result.group_count == int(eager.group_count)
+  np.testing.assert_array_equal(
+      got_actions.assignments, eager_actions.assignments
+  )
+  np.testing.assert_allclose(
+      got_actions.centroids, eager_actions.centroids, rtol=1e-6
+  )
