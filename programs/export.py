@@ -14,7 +14,8 @@ latest checkpoint (finished or not) and writes to --output_dir (default
                                       quantization, size and SHA-256 per file
 
 for each quantization of `--quantizations` (float32, float16, dynamic_range,
-full_integer; full-integer is calibrated on the user's own training items).
+full_integer; full-integer is calibrated on the user's own training data,
+positives and sampled negatives).
 Every file is loaded in the TFLite interpreter and checked against the TF
 model: the largest score difference, and the ranking metrics of the run's
 protocol computed by running the interpreter next to the same metrics of the
@@ -125,12 +126,19 @@ def _ranking_metrics(prepared, model, scorer, limit) -> dict:
   """The run's test metrics of `model` as `scorer` scores it."""
   data = prepared.data
   users, vectors = _eval_cases(model, limit)
+  # int8 scores tie often, and both rankings resolve ties in a fixed way
+  # (sampled: against the test item; full: lower item index first, roughly
+  # popularity order here). Ties are broken at random instead: a seeded
+  # jitter per item, far below float32's spacing at any real score gap
+  # (the scores are float64 for this).
+  jitter = np.random.default_rng(0).random(data.num_items) * 1e-12
   if not prepared.tiered:
     candidates = np.concatenate(
         [data.test_items[users, None], data.test_negatives[users]], axis=1
     )
     scores = np.stack([
-        scorer(items, vector) for items, vector in zip(candidates, vectors)
+        scorer(items, vector).astype(np.float64) + jitter[items]
+        for items, vector in zip(candidates, vectors)
     ])
     result = metrics.summarize_sampled(scores)
     return {'hr@10': result['hr@10'], 'ndcg@10': result['ndcg@10']}
@@ -138,11 +146,6 @@ def _ranking_metrics(prepared, model, scorer, limit) -> dict:
   all_items = np.arange(data.num_items)
   only = np.full(data.num_users, -1)
   only[users] = 0  # One 'tier' holding the evaluated users.
-  # Full ranking puts equal scores in item-index order, which in these data
-  # sets is roughly popularity order; int8 scores tie often, so ties are
-  # broken at random instead: a seeded jitter far below float32's spacing
-  # at any real score gap (the scores are float64 for this).
-  jitter = np.random.default_rng(0).random(data.num_items) * 1e-12
 
   def score_users(tier, tier_users, *_):
     del tier
@@ -155,14 +158,20 @@ def _ranking_metrics(prepared, model, scorer, limit) -> dict:
   return {key: value for key, value in result.items() if key != 'per_tier'}
 
 
-def _max_difference(model, reference, scorer, limit) -> float:
-  """Largest |TFLite - TF| logit over all items for a few users."""
-  users, vectors = _eval_cases(model, min(limit or 8, 8))
+def _logit_differences(model, reference, scorer) -> dict:
+  """Over all items for (up to 8 of) the model's users: the largest
+  |TFLite - TF| logit, and the largest |TF logit|, its scale (float32
+  rounds logits of size L to about L * 6e-8)."""
+  _, vectors = _eval_cases(model, 8)
   items = np.arange(model.params['item_embedding'].shape[0])
-  return max(
-      float(np.max(np.abs(scorer(items, v) - reference(items, v))))
-      for v in vectors
-  )
+  expected = [reference(items, v) for v in vectors]
+  return {
+      'max_abs_logit_difference': max(
+          float(np.max(np.abs(scorer(items, v) - want)))
+          for v, want in zip(vectors, expected)
+      ),
+      'max_abs_logit': max(float(np.max(np.abs(want))) for want in expected),
+  }
 
 
 def _export_model(prepared, model, output_dir, quantizations, report):
@@ -206,9 +215,7 @@ def _export_model(prepared, model, output_dir, quantizations, report):
         'quantization': quantization,
         'file_bytes': len(model_bytes),
         'convert_seconds': seconds,
-        'max_abs_logit_difference': _max_difference(
-            model, reference, scorer, _EVAL_USERS.value
-        ),
+        **_logit_differences(model, reference, scorer),
         'eval_users': int(min(model.eval_users.size,
                               _EVAL_USERS.value or model.eval_users.size)),
         'tf': tf_metrics,
@@ -226,7 +233,8 @@ def _report_line(row) -> str:
   return (
       f'{row["model"]:<16} {row["quantization"]:<13} '
       f'{row["file_bytes"] / 1024:>9.1f} KiB  max |diff| '
-      f'{row["max_abs_logit_difference"]:.2e}  {" / ".join(names)}: '
+      f'{row["max_abs_logit_difference"]:.2e} of |logit| <= '
+      f'{row["max_abs_logit"]:.3g}  {" / ".join(names)}: '
       f'TF {tf_text}  TFLite {lite_text}  ({row["eval_users"]} users)'
   )
 

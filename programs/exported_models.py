@@ -51,7 +51,8 @@ class ModelToExport:
     eval_user_vectors: float32 [len(eval_users), d], their user vectors
       when the model takes `user_embedding`, else None.
     representative_items: Item ids for full-integer calibration: the
-      user's own training items (a global model: its evaluated users').
+      user's own training data, positives and sampled negatives (a global
+      model: its first 64 evaluated users').
   """
 
   tier: str
@@ -71,11 +72,21 @@ def _numpy(structure):
   return tf.nest.map_structure(np.asarray, structure)
 
 
-def _training_items(data, users) -> np.ndarray:
+def _representative_items(data, users) -> np.ndarray:
+  """What the users' devices train on: their training positives plus 4
+  sampled negatives per positive (seeded), as in local training. Positives
+  alone calibrate int8 ranges on high scores only; the negatives' scores
+  then clip (measured: PFedRec user models lost every test hit)."""
   _, items = hetero_training_loop.csr_rows(
       data.train_offsets, data.train_items, np.asarray(users)
   )
-  return np.unique(items).astype(np.int32)
+  positives = np.unique(items)
+  candidates = np.setdiff1d(np.arange(data.num_items), positives)
+  rng = np.random.default_rng(0)
+  negatives = rng.choice(
+      candidates, min(candidates.size, 4 * positives.size), replace=False
+  )
+  return np.union1d(positives, negatives).astype(np.int32)
 
 
 def trained_tiers(prepared) -> list[str]:
@@ -108,7 +119,7 @@ def _leave_one_out_tier(prepared, run) -> ModelToExport:
   return ModelToExport(
       tier=SINGLE_TIER, user=None, architecture=spec.architecture,
       params=params, eval_users=users, eval_user_vectors=vectors,
-      representative_items=_training_items(prepared.data, users[:64]),
+      representative_items=_representative_items(prepared.data, users[:64]),
   )
 
 
@@ -135,7 +146,7 @@ def _leave_one_out_user(prepared, run, user: int) -> ModelToExport:
   return ModelToExport(
       tier=SINGLE_TIER, user=user, architecture=spec.architecture,
       params=params, eval_users=np.array([user]), eval_user_vectors=None,
-      representative_items=_training_items(prepared.data, [user]),
+      representative_items=_representative_items(prepared.data, [user]),
   )
 
 
@@ -172,7 +183,7 @@ def _tiered_tier(prepared, run, tier_name: str) -> ModelToExport:
           item_embedding=np.asarray(table), score_layers=_numpy(layers)
       ),
       eval_users=users, eval_user_vectors=np.concatenate(vectors),
-      representative_items=_training_items(prepared.data, users[:64]),
+      representative_items=_representative_items(prepared.data, users[:64]),
   )
 
 
@@ -192,7 +203,7 @@ def _tiered_user(prepared, run, user: int) -> ModelToExport:
           user_embedding=np.asarray(vector[0], np.float32),
       ),
       eval_users=np.array([user]), eval_user_vectors=None,
-      representative_items=_training_items(prepared.data, [user]),
+      representative_items=_representative_items(prepared.data, [user]),
   )
 
 

@@ -34,7 +34,8 @@ from tff_fedrec.tasks import preprocessing
 
 HISTORY_KEYS = (
     'round', 'train_loss', 'val_hr@10', 'val_ndcg@10', 'test_hr@10',
-    'test_ndcg@10', 'test_auc', 'upload_bytes', 'train_seconds', 'seconds',
+    'test_ndcg@10', 'test_auc', 'upload_bytes', 'download_bytes',
+    'dense_upload_bytes', 'dense_download_bytes', 'train_seconds', 'seconds',
 )
 
 
@@ -242,10 +243,24 @@ class TrainingRun:
         users_per_client=self._config.users_per_client,
     )
     self.server_state = result.server_state
+    # Methods that compress say what they moved and what the uncompressed
+    # exchange would have; the others send their global parameters whole.
+    download = getattr(result, 'download_bytes', None)
+    if download is None:
+      download = method_lib.parameter_bytes(
+          self._method.initial_parameters, self._method.spec.global_keys
+      ) * len(users)
     record = {
         'round': float(round_num),
         'train_loss': result.train_loss,
         'upload_bytes': float(result.upload_bytes),
+        'download_bytes': float(download),
+        'dense_upload_bytes': float(
+            getattr(result, 'dense_upload_bytes', result.upload_bytes)
+        ),
+        'dense_download_bytes': float(
+            getattr(result, 'dense_download_bytes', download)
+        ),
         'train_seconds': time.perf_counter() - start,
     }
     last = round_num == self._config.rounds - 1
@@ -333,26 +348,27 @@ class TrainingRun:
         'peak_rss_mb': peak_rss_mb(self._worker_pid),
         'client_state_bytes_per_user': self.store.bytes_per_user(),
         'bytes_per_round': self.bytes_per_round(),
+        'measured_compression_rate': self.measured_compression_rate(),
         'num_users': self._data.num_users,
         'num_items': self._data.num_items,
     }
 
   def bytes_per_round(self) -> dict[str, float]:
-    """Bytes crossing the network per round (median over rounds).
-
-    Download: the global parameters broadcast to each sampled client.
-    Upload: measured each round (the method's `run_round`). Client state never leaves
-    the device.
-    """
-    download = (
-        method_lib.parameter_bytes(
-            self._method.initial_parameters, self._method.spec.global_keys
-        )
-        * self._config.clients_per_round
-    )
+    """Bytes crossing the network per round (median over rounds), as the
+    method's `run_round` measured them. Client state never leaves the
+    device."""
     return {
-        'download': float(download),
+        'download': statistics.median(self.history['download_bytes']),
         'upload': statistics.median(self.history['upload_bytes']),
+    }
+
+  def measured_compression_rate(self) -> dict[str, float]:
+    """1 - bytes sent / bytes of the uncompressed exchange, over all
+    rounds, each way (0 for methods that do not compress)."""
+    return {
+        direction: 1.0 - sum(self.history[f'{key}_bytes'])
+        / sum(self.history[f'dense_{key}_bytes'])
+        for direction, key in (('uplink', 'upload'), ('downlink', 'download'))
     }
 
   def write_summary(self) -> dict:

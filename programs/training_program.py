@@ -29,7 +29,7 @@ from tff_fedrec.tasks import datasets
 from tff_fedrec.tasks import errors
 
 _METHOD = flags.DEFINE_enum(
-    'method', None, sorted({**registry.METHODS, **registry.HETERO_METHODS}),
+    'method', None, sorted(registry.ALL_METHODS),
     'Federated method to train.'
 )
 _DATASET = flags.DEFINE_enum(
@@ -134,9 +134,30 @@ _TIER_WIDTHS = flags.DEFINE_list(
     '8,16,32 / 32,64,128).',
 )
 _MODEL = flags.DEFINE_enum(
-    'model', 'ncf', ['ncf', 'lightgcn'],
-    'Tiered methods: base model, Fed-NCF or Fed-LightGCN (one propagation '
-    'layer on each user\'s local graph).',
+    'model', None, ['mf', 'ncf', 'lightgcn'],
+    'Tiered methods: base model, ncf (default) or lightgcn (one propagation '
+    'layer on each user\'s local graph). FedRAS and its baselines: mf '
+    '(default) or ncf.',
+)
+_COMPRESSION_RATE = flags.DEFINE_float(
+    'compression_rate', 0.9375,
+    'FedRAS and its baselines: the requested share of bytes saved, 1 - '
+    'compressed / dense (Sec. 5.1).',
+)
+_ALPHA = flags.DEFINE_float(
+    'alpha', 0.2, 'FedRAS: the fluctuation factor of cluster-and-split '
+    '(Sec. 4.3); fedras_f sets it to 0.',
+)
+_COMPRESSION_RATE_RANGE = flags.DEFINE_list(
+    'compression_rate_range', [],
+    'FedRAS: LOW,HIGH; each user draws its own rate, hence its bandwidth '
+    '(Sec. 5.5, Table 4).',
+)
+_CATCH_UP_ROUNDS = flags.DEFINE_integer(
+    'catch_up_rounds', 32,
+    'FedRAS and the codec baselines: rounds of downlink messages the server '
+    'keeps for clients that missed rounds; beyond that a client downloads '
+    'the whole table.',
 )
 _USER_OPTIMIZER = flags.DEFINE_enum(
     'user_optimizer', 'sgd', ['sgd', 'adam'],
@@ -284,6 +305,12 @@ def _results_table(summary: dict) -> str:
       ('peak RSS (program + TFF worker)', f'{summary["peak_rss_mb"]:.0f} MB'),
       ('client state per user', f'{summary["client_state_bytes_per_user"] / 1024:.1f} KiB'),
   ]
+  sent, rate = summary['bytes_per_round'], summary['measured_compression_rate']
+  rows.append((
+      'bytes per round up / down (median)',
+      f'{sent["upload"] / 1e6:.3f} / {sent["download"] / 1e6:.3f} MB; '
+      f'measured compression {rate["uplink"]:.4f} / {rate["downlink"]:.4f}',
+  ))
   width = max(len(name) for name, _ in rows)
   return '\n'.join(f'{name:<{width}}  {value}' for name, value in rows)
 
@@ -414,9 +441,12 @@ def _prepare_tiered(data_config, summary_fields):
     hidden_units = tuple(int(u) for u in _HIDDEN_UNITS.value)
   else:
     hidden_units = (8, 8)
+  model = _MODEL.value or 'ncf'
+  if model == 'mf':
+    raise FlagError('Tiered methods take --model=ncf or --model=lightgcn.')
   spec = hetero_models.HeteroSpec(
       num_items=data.num_items, widths=widths, hidden_units=hidden_units,
-      model=_MODEL.value,
+      model=model,
   )
   config = hetefedrec.HeteroConfig(
       learning_rate=(
@@ -456,7 +486,7 @@ def _prepare_tiered(data_config, summary_fields):
   summary_fields['config'] = {
       'method': dataclasses.asdict(method.config),
       'loop': dataclasses.asdict(loop_config),
-      'model': _MODEL.value,
+      'model': model,
       'widths': list(widths),
       'hidden_units': list(hidden_units),
       'model_tier': list(method.model_tier),
@@ -484,6 +514,7 @@ def _prepare_leave_one_out(data_config, summary_fields):
       checkpoint_every=_CHECKPOINT_EVERY.value,
       users_per_client=_USERS_PER_TFF_CLIENT.value,
   )
+  compression = _compression_arguments()
   method = registry.get_builder(_METHOD.value)(
       num_items=data.num_items,
       embedding_dim=_EMBEDDING_DIM.value,
@@ -491,6 +522,7 @@ def _prepare_leave_one_out(data_config, summary_fields):
       training=training,
       seed=_SEED.value,
       model_aggregator=None,
+      **compression,
   )
   description = (
       f'{data.num_items} items, {loop_config.clients_per_round} clients per '
@@ -502,13 +534,48 @@ def _prepare_leave_one_out(data_config, summary_fields):
       'embedding_dim': _EMBEDDING_DIM.value,
       'hidden_units': list(method.spec.hidden_units),
   }
+  if compression:
+    summary_fields['config']['compression'] = compression
   return data, method, loop_config, training_loop.TrainingRun, description
+
+
+def _compression_arguments() -> dict:
+  """The extra builder arguments of FedRAS and its baselines."""
+  method = _METHOD.value
+  if method not in registry.COMPRESSED_METHODS:
+    if _MODEL.value is not None and method not in registry.HETERO_METHODS:
+      raise FlagError(
+          f'--model applies to tiered and compressed methods, not {method} '
+          '(fedmf / fedncf name their model).'
+      )
+    return {}
+  model = _MODEL.value or 'mf'
+  if model not in ('mf', 'ncf'):
+    raise FlagError(f'{method} takes --model=mf or --model=ncf.')
+  if not 0 < _COMPRESSION_RATE.value < 1:
+    raise FlagError('--compression_rate must be in (0, 1).')
+  arguments = {'model': model, 'compression_rate': _COMPRESSION_RATE.value}
+  if method != 'base_small_dim':
+    arguments['catch_up_rounds'] = _CATCH_UP_ROUNDS.value
+  if method.startswith('fedras'):
+    arguments['alpha'] = _ALPHA.value
+    if _COMPRESSION_RATE_RANGE.value:
+      try:
+        low, high = (float(v) for v in _COMPRESSION_RATE_RANGE.value)
+      except ValueError:
+        raise FlagError(
+            '--compression_rate_range takes LOW,HIGH, e.g. 0.9,0.97.'
+        ) from None
+      arguments['compression_rate_range'] = (low, high)
+  elif _COMPRESSION_RATE_RANGE.value:
+    raise FlagError('--compression_rate_range applies to fedras only.')
+  return arguments
 
 
 def prepare_run(*, log: Callable[[str], None] = print) -> PreparedRun:
   """Checks the flags, loads the data and builds the method."""
   if _METHOD.value is None:
-    known = sorted({**registry.METHODS, **registry.HETERO_METHODS})
+    known = sorted(registry.ALL_METHODS)
     raise FlagError(f'--method is required: one of {", ".join(known)}.')
   if not _ROOT_DIR.value:
     raise FlagError('--root_dir is required (checkpoints and results go there).')

@@ -267,6 +267,34 @@ def test_malformed_data_file_names_the_file_and_line(tmp_path):
   assert 'Traceback' not in result.stderr
 
 
+@pytest.mark.parametrize('method_flags', [
+    ['--method=fedras'],
+    ['--method=fedras', '--model=ncf', '--compression_rate_range=0.7,0.8',
+     '--alpha=0.5'],
+    ['--method=topk'],
+    ['--method=svd'],
+    ['--method=colr'],
+    ['--method=base_small_dim'],
+], ids=lambda flags: ' '.join(f.lstrip('-') for f in flags))
+def test_two_rounds_of_each_compressed_method_report_their_bytes(
+    tmp_path, method_flags
+):
+  root_dir = str(tmp_path / 'run')
+  result = _run_program(
+      [*method_flags, *_SMALL_RUN, '--rounds=2', '--client_fraction=0.5',
+       '--compression_rate=0.75', f'--root_dir={root_dir}']
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
+  with open(os.path.join(root_dir, 'summary.json')) as f:
+    summary = json.load(f)
+  assert summary['rounds_completed'] == 2
+  rate = summary['measured_compression_rate']
+  # Something was saved each way, never more than everything.
+  assert 0 < rate['uplink'] < 1 and 0 < rate['downlink'] < 1
+  assert summary['bytes_per_round']['upload'] > 0
+  assert 'measured compression' in result.stdout
+
+
 _TIERED_RUN = [
     '--dataset=synthetic',
     '--synthetic_users=60',

@@ -115,6 +115,34 @@ def test_top_k_of_an_exported_user_model_skips_the_seen_items(pfedrec_export):
   np.testing.assert_allclose(result['scores'], scores[expected], rtol=1e-6)
 
 
+@pytest.mark.parametrize('method_flags', [
+    ['--method=fedmf'],
+    ['--method=fedncf', '--dual_personalization'],
+    ['--method=fedrecon'],
+], ids=lambda flags: ' '.join(f.lstrip('-') for f in flags))
+def test_every_leave_one_out_method_exports_what_its_tf_model_scores(
+    tmp_path, method_flags
+):
+  root_dir = str(tmp_path / 'run')
+  _train(root_dir, [*_PFEDREC[1:-1], *method_flags, '--rounds=1'])
+  result = _program('export', [
+      f'--root_dir={root_dir}', '--users=u0,u7',
+      '--quantizations=float32,float16',
+  ])
+  assert result.returncode == 0, result.stderr[-3000:]
+  rows = _report(os.path.join(root_dir, 'tflite'))['models']
+  # The global model (user vector as input) and the two users' own models.
+  assert [(r['user'], r['quantization']) for r in rows] == [
+      (user, q) for user in (None, 'u0', 'u7') for q in ('float32', 'float16')
+  ]
+  for row in rows:
+    if row['quantization'] == 'float32':
+      assert row['max_abs_logit_difference'] < 1e-5
+      assert row['tflite'] == pytest.approx(row['tf'], abs=1e-9)
+    else:
+      assert row['max_abs_logit_difference'] < 1e-2
+
+
 def test_tier_models_of_hetefedrec_rank_like_the_training_side(tmp_path):
   root_dir = str(tmp_path / 'hetefedrec')
   _train(root_dir, ['--method=hetefedrec', *_TIERED])

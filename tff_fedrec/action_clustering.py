@@ -186,7 +186,11 @@ def kmeans(
     # Segment id -1 (padding) is dropped by unsorted_segment_sum.
     counts = tf.math.unsorted_segment_sum(weights, assignments, num_clusters)
     moved = sums / tf.maximum(counts, 1.0)[:, tf.newaxis]
-    return i + 1, tf.where(counts[:, tf.newaxis] > 0, moved, centres)
+    # tf.where broadcasts a [1, d] centre set to an unknown first size;
+    # the loop needs the centres' shape unchanged (k = 1 failed to trace).
+    return i + 1, tf.ensure_shape(
+        tf.where(counts[:, tf.newaxis] > 0, moved, centres), centres.shape
+    )
 
   _, centres = tf.while_loop(
       lambda i, _: i < num_iterations, lloyd_step, (tf.constant(0), centres)

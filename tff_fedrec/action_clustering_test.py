@@ -231,3 +231,14 @@ def test_encode_and_decode_in_a_tf1_graph_match_eager(bandwidth):
       action_clustering.decode_actions(eager.actions, eager.action_index),
       rtol=1e-6,
   )
+
+
+def test_one_cluster_traces_in_a_graph_and_is_the_mean():
+  rows = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 0.0]], np.float32)
+
+  @tf.function
+  def one_cluster(x):
+    return action_clustering.kmeans(x, 1, seed=[0, 1]).centroids
+
+  # The only centroid of k = 1 is the mean of the rows.
+  np.testing.assert_allclose(one_cluster(rows), [[3.0, 2.0]], rtol=1e-6)

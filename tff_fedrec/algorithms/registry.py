@@ -8,11 +8,18 @@ model_aggregator, item_aggregator) and returns a `method.FederatedMethod`
 `HETERO_METHODS` (HeteFedRec's tiers, random split, full ranking): every
 builder takes (spec, config, seed) and returns a `hetefedrec.HeteroMethod`.
 
+`COMPRESSED_METHODS` (FedRAS and its baselines, leave-one-out): the keyword
+arguments of `METHODS` plus model ('mf' | 'ncf'), compression_rate and, for
+some, catch_up_rounds, alpha and compression_rate_range (`fedras`).
+
 Adding a method is one module and one line here.
 """
 
+import functools
+
 from tff_fedrec.algorithms import fedmf
 from tff_fedrec.algorithms import fedncf
+from tff_fedrec.algorithms import fedras
 from tff_fedrec.algorithms import fedrecon
 from tff_fedrec.algorithms import hetefedrec
 from tff_fedrec.algorithms import pfedrec
@@ -35,6 +42,19 @@ HETERO_METHODS = {
     'standalone': standalone.build_standalone,
 }
 
+COMPRESSED_METHODS = {
+    'fedras': fedras.build_fedras,
+    'fedras_e': functools.partial(fedras.build_fedras, ablation='E'),
+    'fedras_f': functools.partial(fedras.build_fedras, ablation='F'),
+    'fedras_t': functools.partial(fedras.build_fedras, ablation='T'),
+    'topk': fedras.build_topk,
+    'svd': fedras.build_svd,
+    'colr': fedras.build_colr,
+    'base_small_dim': fedras.build_base_small_dim,
+}
+
+ALL_METHODS = {**METHODS, **HETERO_METHODS, **COMPRESSED_METHODS}
+
 # Methods that are the dual personalization mechanism itself.
 ALWAYS_DUAL_PERSONALIZED = frozenset({'pfedrec'})
 
@@ -42,9 +62,9 @@ ALWAYS_DUAL_PERSONALIZED = frozenset({'pfedrec'})
 def get_builder(name: str):
   """The builder registered as `name`; ValueError naming the known methods."""
   try:
-    return {**METHODS, **HETERO_METHODS}[name]
+    return ALL_METHODS[name]
   except KeyError:
-    known = sorted({**METHODS, **HETERO_METHODS})
+    known = sorted(ALL_METHODS)
     raise ValueError(
         f'Unknown method {name!r}. Known methods: {", ".join(known)}.'
     ) from None

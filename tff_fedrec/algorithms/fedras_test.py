@@ -1,0 +1,507 @@
+"""Tests of FedRAS and its baselines against rounds written out by hand.
+
+The reference (`_reference_rounds`) is Algorithm 1 one user at a time in
+numpy, built from the pure-TF pieces the paper's steps name
+(`local_training.train_locally`, `action_clustering`, `cluster_and_split`,
+`gradient_compression`), none of the process's own codecs. It trains on
+the user's whole table copy, where the process trains a compact table of
+the user's items: the same SGD, since only a batch's rows move.
+
+All computations run on one TFF worker owned by this module
+(`execution.worker_execution_context`), stopped when the module is done.
+"""
+
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tff_fedrec import action_clustering
+from tff_fedrec import client_state_store
+from tff_fedrec import cluster_and_split
+from tff_fedrec import evaluation
+from tff_fedrec import gradient_compression
+from tff_fedrec import local_training
+from tff_fedrec import models
+from tff_fedrec.algorithms import compressed_exchange
+from tff_fedrec.algorithms import fedras
+from tff_fedrec.algorithms import partially_local
+from tff_fedrec.programs import execution
+
+_NUM_ITEMS = 24
+_DIM = 4
+_NUM_USERS = 5
+_EXAMPLES = 8  # Per user and round: one traced shape for the reference.
+_TRAINING = partially_local.ClientTrainingConfig(
+    learning_rate=0.5,
+    item_learning_rate=2.0,
+    batch_size=4,
+    local_epochs=2,
+    dual_personalization=False,
+)
+# N = 24, d = 4: dense 384 bytes. At CR 0.78 FedRAS gets C_e = 4 actions
+# (4 * 4 * 4 + 24 = 88 bytes, CR 0.771); users train 4-8 items, so most
+# cluster.
+_RATE = 0.78
+_SCHEDULE = ([0, 1, 2], [1, 3, 4])
+
+
+@pytest.fixture(scope='module', autouse=True)
+def tff_worker():
+  with execution.worker_execution_context() as pid:
+    yield pid
+
+
+def _client_data(users, round_num):
+  rng = np.random.default_rng([round_num, *users])
+  data = []
+  for user in users:
+    items = rng.choice(_NUM_ITEMS, size=_EXAMPLES)
+    data.append(
+        collections.OrderedDict(
+            items=items.astype(np.int32),
+            labels=rng.integers(0, 2, _EXAMPLES).astype(np.float32),
+            seed=np.array([round_num, user], np.int64),
+        )
+    )
+  return data
+
+
+class _Reference:
+  """Algorithm 1 by hand for one configuration (module docstring)."""
+
+  def __init__(self, method, *, scheme, parameter=None, alpha=0.2,
+               normalization='participation', embeddings=False,
+               catch_up_rounds=compressed_exchange.DEFAULT_CATCH_UP_ROUNDS):
+    self.spec = method.spec
+    params = tf.nest.map_structure(np.copy, method.initial_parameters)
+    self.table = params['item_embedding']
+    self.theta = collections.OrderedDict(
+        (k, params[k]) for k in self.spec.global_keys if k != 'item_embedding'
+    )
+    self.user_embedding = {
+        u: params['user_embedding'].copy() for u in range(_NUM_USERS)
+    }
+    self.copy = {u: self.table.copy() for u in range(_NUM_USERS)}
+    self.synced = {u: 0 for u in range(_NUM_USERS)}
+    self.scheme, self.alpha = scheme, alpha
+    self.expected_groups = method.bandwidths.expected_groups
+    self.parameter = parameter
+    self.normalization, self.embeddings = normalization, embeddings
+    self.history = catch_up_rounds
+    self.similarity = cluster_and_split.initial_similarity_history()
+    self.messages = {}
+    self.tables = [self.table]
+    self.clustered_uploads = 0
+
+  def _round_seed(self, round_num):
+    return np.array([0, round_num], np.int64)
+
+  def _upload(self, rows, bandwidth, seed, round_num):
+    """Decoded rows and bytes of one user's message."""
+    n, d = rows.shape
+    if self.scheme == 'fedras':
+      message = action_clustering.encode_actions(
+          rows, bandwidth, compressed_exchange.kmeans_seeds(seed[None])[0]
+      )
+      decoded = action_clustering.decode_actions(
+          message.actions, message.action_index
+      )
+      self.clustered_uploads += int(message.compressed)
+      sent = gradient_compression.encoded_bytes(
+          'fedras', n, d, int(message.actions.shape[0])
+      )
+    elif self.scheme == 'top_k':
+      decoded = gradient_compression.top_k_decode(
+          gradient_compression.top_k_encode(rows, self.parameter), d
+      )
+      sent = gradient_compression.encoded_bytes('top_k', n, d, self.parameter)
+    elif self.scheme == 'svd':
+      decoded = gradient_compression.low_rank_decode(
+          gradient_compression.svd_encode(rows, self.parameter)
+      )
+      sent = gradient_compression.encoded_bytes(
+          'svd', n, d, min(self.parameter, n)
+      )
+    else:
+      projection = gradient_compression.colr_projection(
+          self._round_seed(round_num), self.parameter, d
+      )
+      decoded = gradient_compression.colr_decode(
+          gradient_compression.colr_encode(rows, projection), projection
+      )
+      sent = gradient_compression.encoded_bytes('colr', n, d, self.parameter)
+    return np.asarray(decoded), sent
+
+  def _download_message(self, payload, round_num):
+    """A function bandwidth -> (decoded [N, d], bytes) for this round."""
+    n, d = payload.shape
+    if self.scheme == 'fedras':
+      split = cluster_and_split.cluster_and_split(
+          payload, expected_groups=self.expected_groups, alpha=self.alpha,
+          history=self.similarity, seed=self._round_seed(round_num),
+      )
+      self.similarity = split.history
+
+      def decode(bandwidth):
+        actions = cluster_and_split.actions_at(payload, split, bandwidth)
+        groups = min(int(bandwidth), int(split.group_count))
+        return (
+            np.asarray(action_clustering.decode_actions(*actions)),
+            gradient_compression.encoded_bytes('fedras', n, d, groups),
+        )
+
+      return decode
+    if self.scheme == 'top_k':
+      rows = gradient_compression.top_k_decode(
+          gradient_compression.top_k_encode(payload, self.parameter), d
+      )
+    elif self.scheme == 'svd':
+      rows = gradient_compression.low_rank_decode(
+          gradient_compression.svd_encode(payload, self.parameter)
+      )
+    else:
+      projection = gradient_compression.colr_projection(
+          self._round_seed(round_num), self.parameter, d
+      )
+      rows = gradient_compression.colr_decode(
+          gradient_compression.colr_encode(payload, projection), projection
+      )
+    sent = gradient_compression.encoded_bytes(self.scheme, n, d, self.parameter)
+    return lambda bandwidth: (np.asarray(rows), sent)
+
+  def _catch_up(self, user, round_num, bandwidth):
+    """Alg. 1 line 24 for every round the user missed; returns bytes."""
+    start = self.synced[user]
+    if self.embeddings:
+      if start < round_num:
+        rows, sent = self.messages[round_num - 1](bandwidth)
+        self.copy[user] = rows
+        return sent
+      return 0
+    if round_num - start > self.history:
+      self.copy[user] = self.table.copy()
+      return gradient_compression.dense_bytes(*self.table.shape)
+    sent = 0
+    for r in range(start, round_num):
+      rows, message_bytes = self.messages[r](bandwidth)
+      self.copy[user] = self.copy[user] + rows
+      sent += message_bytes
+    return sent
+
+  def round(self, round_num, users, data, bandwidths):
+    """One round; returns (train loss, upload bytes, download bytes)."""
+    update_sum = np.zeros_like(self.table)
+    participants = np.zeros([self.table.shape[0]])
+    theta_deltas, loss_sum, count, uploaded, downloaded = [], 0.0, 0, 0, 0
+    for user, user_data, bandwidth in zip(users, data, bandwidths):
+      downloaded += self._catch_up(user, round_num, bandwidth)
+      copy = self.copy[user]
+      global_part = collections.OrderedDict(item_embedding=copy)
+      global_part.update(self.theta)
+      result = local_training.train_locally(
+          self.spec,
+          models.merge_parameters(
+              self.spec, global_part,
+              collections.OrderedDict(user_embedding=self.user_embedding[user]),
+          ),
+          tf.constant(user_data['items']),
+          tf.constant(user_data['labels']),
+          batch_size=_TRAINING.batch_size,
+          local_epochs=_TRAINING.local_epochs,
+          learning_rate=_TRAINING.learning_rate,
+          item_learning_rate=_TRAINING.item_learning_rate,
+          alternating=False,
+          shuffle_seed=tf.constant(user_data['seed']),
+      )
+      trained = tf.nest.map_structure(np.asarray, result.parameters)
+      ids = np.unique(user_data['items'])
+      rows = trained['item_embedding'][ids]
+      if not self.embeddings:
+        rows = rows - copy[ids]
+      decoded, sent = self._upload(
+          rows, bandwidth, user_data['seed'], round_num
+      )
+      update_sum[ids] += decoded
+      participants[ids] += 1
+      uploaded += sent
+      theta_deltas.append(
+          tf.nest.map_structure(
+              np.subtract, collections.OrderedDict(
+                  (k, trained[k]) for k in self.theta
+              ), self.theta,
+          )
+      )
+      self.user_embedding[user] = trained['user_embedding']
+      self.synced[user] = round_num
+      loss_sum += float(result.loss_sum)
+      count += int(result.num_examples)
+    if self.normalization == 'participation':
+      with np.errstate(invalid='ignore', divide='ignore'):
+        update = np.where(
+            participants[:, None] > 0, update_sum / participants[:, None], 0.0
+        )
+    else:
+      update = update_sum / len(users)
+    if self.embeddings:
+      self.table = np.where(participants[:, None] > 0, update, self.table)
+      payload = self.table
+    else:
+      self.table = self.table + update
+      payload = update
+    self.table = self.table.astype(np.float32)
+    self.tables.append(self.table)
+    if self.theta:
+      mean_delta = tf.nest.map_structure(
+          lambda *d: np.mean(np.stack(d), axis=0), *theta_deltas
+      )
+      self.theta = tf.nest.map_structure(np.add, self.theta, mean_delta)
+    self.messages[round_num] = self._download_message(
+        payload.astype(np.float32), round_num
+    )
+    return loss_sum / count, uploaded, downloaded
+
+
+def _close(got, expected):
+  np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def _run_and_compare(method, reference, schedule=_SCHEDULE, bandwidth=None):
+  """Runs the schedule's rounds through `method.run_round` and checks every
+  round's state, loss and bytes against the reference."""
+  store = client_state_store.ClientStateStore(
+      _NUM_USERS, method.initial_client_state
+  )
+  state = method.process.initialize()
+  theta_bytes = method.upload_bytes(
+      collections.OrderedDict(
+          aggregator=collections.OrderedDict(
+              item=collections.OrderedDict(uploaded_bytes=0)
+          )
+      ),
+      1,
+  )
+  for round_num, users in enumerate(schedule):
+    data = _client_data(users, round_num)
+    if bandwidth is not None:
+      for user, user_data in zip(users, data):
+        user_data['bandwidth'] = bandwidth[user]
+    bandwidths = [
+        int(d['bandwidth']) if 'bandwidth' in d else int(e)
+        for d, e in zip(data, method.bandwidths(users))
+    ]
+    result = method.run_round(
+        state, store, np.array(users), data, None, users_per_client=2
+    )
+    state = result.server_state
+    loss, uploaded, downloaded = reference.round(
+        round_num, users, data, bandwidths
+    )
+
+    global_params = method.global_parameters(state)
+    _close(global_params['item_embedding'], reference.table)
+    for key in reference.theta:
+      tf.nest.map_structure(_close, global_params[key], reference.theta[key])
+    for user in users:
+      local = store.local_parameters([user])[0]
+      _close(local['user_embedding'], reference.user_embedding[user])
+      _close(local['item_copy'], reference.copy[user])
+      assert local['synced_round'] == round_num
+    np.testing.assert_allclose(result.train_loss, loss, rtol=1e-5)
+    assert result.upload_bytes == uploaded + len(users) * theta_bytes
+    assert result.download_bytes == downloaded + len(users) * theta_bytes
+    assert int(state['round_num']) == round_num + 1
+  return state, store
+
+
+@pytest.mark.parametrize('model', ['mf', 'ncf'])
+def test_fedras_rounds_match_the_reference(model):
+  method = fedras.build_fedras(
+      num_items=_NUM_ITEMS, embedding_dim=_DIM, training=_TRAINING,
+      compression_rate=_RATE, model=model,
+      hidden_units=(3,) if model == 'ncf' else (),
+  )
+  assert method.bandwidths.expected_groups == 4
+  reference = _Reference(method, scheme='fedras')
+  state, store = _run_and_compare(method, reference)
+  # Round 1's message was cut at the threshold of round 0's record.
+  assert int(state['encoder']['count']) == 2
+  assert reference.clustered_uploads >= 3
+  # User 3 started round 1 from Q^(0) plus round 0's clustered actions:
+  # near the server's Q^(1), not on it.
+  start, server = reference.tables[0], reference.tables[1]
+  copy = store.local_parameters([3])[0]['item_copy']
+  error = np.abs(copy - server).sum()
+  assert 0 < error < 0.5 * np.abs(start - server).sum()
+
+
+@pytest.mark.parametrize(
+    'ablation,options',
+    [
+        ('E', dict(embeddings=True)),
+        ('F', dict(alpha=0.0)),
+        ('T', dict(normalization='clients')),
+    ],
+)
+def test_ablations_match_the_reference(ablation, options):
+  method = fedras.build_fedras(
+      num_items=_NUM_ITEMS, embedding_dim=_DIM, training=_TRAINING,
+      compression_rate=_RATE, ablation=ablation,
+  )
+  _run_and_compare(method, _Reference(method, scheme='fedras', **options))
+
+
+@pytest.mark.parametrize(
+    'builder,scheme', [
+        (fedras.build_topk, 'top_k'),
+        (fedras.build_svd, 'svd'),
+        (fedras.build_colr, 'colr'),
+    ],
+)
+def test_baselines_match_the_reference(builder, scheme):
+  method = builder(
+      num_items=_NUM_ITEMS, embedding_dim=_DIM, training=_TRAINING,
+      compression_rate=_RATE,
+  )
+  parameter = gradient_compression.pick_parameter(
+      scheme, _NUM_ITEMS, _DIM, _RATE
+  )
+  # k = 1 of 4 columns (CR 0.6875), rank 1 (svd 0.7083, colr 0.75).
+  assert parameter == 1
+  _run_and_compare(
+      method,
+      _Reference(
+          method, scheme=scheme, parameter=parameter, normalization='clients'
+      ),
+  )
+
+
+def test_clients_away_longer_than_the_kept_rounds_download_the_table():
+  method = fedras.build_fedras(
+      num_items=_NUM_ITEMS, embedding_dim=_DIM, training=_TRAINING,
+      compression_rate=_RATE, catch_up_rounds=1,
+  )
+  reference = _Reference(method, scheme='fedras', catch_up_rounds=1)
+  # Round 2: user 0 (last in round 0) and user 4 (never) missed round 1's
+  # message: dense download; user 3 only needs round 1's.
+  state, store = _run_and_compare(
+      method, reference, schedule=([0, 1, 2], [1, 3], [0, 3, 4])
+  )
+  table = method.global_parameters(state)['item_embedding']
+  # Their copies started round 2 as the round-2 server table; user 3's did
+  # not (compression error), and nobody keeps the trained rows.
+  copies = store.local_parameters([0, 3, 4])
+  assert not np.allclose(copies[0]['item_copy'], table)
+  np.testing.assert_array_equal(copies[0]['item_copy'], copies[2]['item_copy'])
+  assert not np.allclose(copies[1]['item_copy'], copies[0]['item_copy'])
+
+
+def test_heterogeneous_bandwidths_match_the_reference():
+  method = fedras.build_fedras(
+      num_items=_NUM_ITEMS, embedding_dim=_DIM, training=_TRAINING,
+      compression_rate=_RATE, alpha=0.5,
+  )
+  # C_e = 4, alpha = 0.5: C_i = 2, so bandwidths 2 to 6 are served; given
+  # per user (e.g. by tier) in the client data.
+  bandwidth = {0: 2, 1: 6, 2: 3, 3: 2, 4: 5}
+  reference = _Reference(method, scheme='fedras', alpha=0.5)
+  _, store = _run_and_compare(method, reference, bandwidth=bandwidth)
+  # Users 3 and 4 caught up on the same message at bandwidths 2 and 5.
+  copies = store.local_parameters([3, 4])
+  assert not np.allclose(copies[0]['item_copy'], copies[1]['item_copy'])
+
+
+def test_client_bandwidths_from_a_rate_range_are_fixed_per_user():
+  bandwidths = fedras.ClientBandwidths(
+      1682, 32, 0.5, compression_rate_range=(0.7, 0.9), seed=3
+  )
+  drawn = bandwidths(np.arange(200))
+  again = fedras.ClientBandwidths(
+      1682, 32, 0.5, compression_rate_range=(0.7, 0.9), seed=3
+  )(np.arange(200)[::-1])[::-1]
+
+  np.testing.assert_array_equal(drawn, again)
+  lowest = gradient_compression.pick_parameter('fedras', 1682, 32, 0.9)
+  highest = gradient_compression.pick_parameter('fedras', 1682, 32, 0.7)
+  assert lowest <= drawn.min() and drawn.max() <= highest
+  assert len(np.unique(drawn)) > 20
+  assert bandwidths.smallest == lowest
+  assert bandwidths.expected_groups == gradient_compression.pick_parameter(
+      'fedras', 1682, 32, 0.8
+  )
+  # Homogeneous: e_u = C_e (ML-100K at 93.75%: 4 * 92 * 32 + 1682 bytes).
+  homogeneous = fedras.ClientBandwidths(1682, 32, 0.9375)
+  assert homogeneous.expected_groups == 92
+  np.testing.assert_array_equal(homogeneous([4, 9]), [92, 92])
+
+
+def test_alpha_too_small_for_the_bandwidth_range_is_refused():
+  with pytest.raises(ValueError, match='raise alpha'):
+    fedras.build_fedras(
+        num_items=1682, compression_rate_range=(0.7, 0.9), alpha=0.2
+    )
+  with pytest.raises(ValueError, match='ablation'):
+    fedras.build_fedras(num_items=_NUM_ITEMS, ablation='X')
+
+
+def test_small_embedding_dim_meets_the_rate():
+  assert fedras.small_embedding_dim(32, 0.9063) == 3
+  assert fedras.small_embedding_dim(32, 0.9375) == 2
+  assert fedras.small_embedding_dim(32, 0.9688) == 1
+  assert fedras.small_embedding_dim(4, 0.75) == 1
+
+
+def test_base_small_dim_counts_dense_rows_of_width_d_prime():
+  method = fedras.build_base_small_dim(
+      num_items=_NUM_ITEMS, embedding_dim=_DIM, training=_TRAINING,
+      compression_rate=0.5,
+  )
+  assert method.spec.embedding_dim == 2
+  store = client_state_store.ClientStateStore(
+      _NUM_USERS, method.initial_client_state
+  )
+  state = method.process.initialize()
+  for round_num, users in enumerate(_SCHEDULE):
+    data = _client_data(users, round_num)
+    result = method.run_round(
+        state, store, np.array(users), data, None, users_per_client=2
+    )
+    state = result.server_state
+    rows = sum(len(np.unique(d['items'])) for d in data)
+    # Each user's trained rows up, the whole [N, 2] table down.
+    assert result.upload_bytes == rows * 4 * 2
+    assert result.download_bytes == len(users) * 4 * _NUM_ITEMS * 2
+    assert np.isfinite(result.train_loss)
+  assert state['global_parameters']['item_embedding'].shape == (_NUM_ITEMS, 2)
+
+
+def test_the_store_and_evaluation_work_with_client_copies():
+  method = fedras.build_fedras(
+      num_items=_NUM_ITEMS, embedding_dim=_DIM, training=_TRAINING,
+      compression_rate=_RATE, model='ncf', hidden_units=(3,),
+  )
+  store = client_state_store.ClientStateStore(
+      _NUM_USERS, method.initial_client_state
+  )
+  state = method.process.initialize()
+  result = method.run_round(
+      state, store, np.array([0, 2]), _client_data([0, 2], 0), None
+  )
+  positives = np.arange(_NUM_USERS)
+  negatives = (positives[:, None] + np.arange(1, 6)) % _NUM_ITEMS
+  scores = evaluation.score_candidates(
+      method.spec, method.global_parameters(result.server_state), store,
+      np.concatenate([positives[:, None], negatives], axis=1),
+  )
+  # Scored with the server's Q and theta and each user's own p_u.
+  params = collections.OrderedDict(
+      method.global_parameters(result.server_state)
+  )
+  params['user_embedding'] = store.local_parameters([2])[0]['user_embedding']
+  np.testing.assert_allclose(
+      scores[2],
+      models.logits(method.spec, params, tf.constant([2, 3, 4, 5, 6, 7])),
+      rtol=1e-5,
+  )
+  assert store.bytes_per_user() >= _NUM_ITEMS * _DIM * 4
