@@ -35,9 +35,9 @@ upload covers the T_u rows of the client's items (their ids not counted),
 a download all N rows; theta (NCF's MLP) is sent whole each way.
 `run_round` returns `CompressedRoundResult`, `method.RoundResult` plus the
 round's download bytes and what the uncompressed exchange would have moved
-(`dense_upload_bytes`: each client's T_u rows at the full width d;
-`dense_download_bytes`: the [N, d] table; theta whole both ways), from
-which the program reports the measured compression rate.
+(`dense_upload_bytes`, `dense_download_bytes`: the [N, d] item matrix per
+client each way, as Sec. 5.1 counts the rate, and theta), from which the
+program reports the measured compression rate.
 
 Interpretations of the paper:
   - e_u and C_e come from `pick_parameter('fedras', N, d, CR)`, which counts
@@ -102,18 +102,15 @@ CompressedRoundResult = collections.namedtuple(
 )
 
 
-def _dense_bytes(spec, params, embedding_dim, client_data, num_clients):
+def _dense_bytes(spec, params, embedding_dim, num_clients):
   """(upload, download) bytes of the uncompressed exchange at width
-  `embedding_dim`: each client's distinct item rows up, the whole table
-  down, theta both ways."""
-  theta = num_clients * _dense_parameter_bytes(spec, params)
-  rows = sum(np.unique(d['items']).size for d in client_data)
-  return (
-      gradient_compression.FLOAT_BYTES * rows * embedding_dim + theta,
-      num_clients * gradient_compression.dense_bytes(
-          spec.num_items, embedding_dim
-      ) + theta,
-  )
+  `embedding_dim`: the [N, d] item matrix each way per client, as the
+  paper's rate counts it (Sec. 5.1: e_u = N (1 - CR) rows), theta both
+  ways."""
+  per_client = gradient_compression.dense_bytes(
+      spec.num_items, embedding_dim
+  ) + _dense_parameter_bytes(spec, params)
+  return num_clients * per_client, num_clients * per_client
 
 
 @dataclasses.dataclass(frozen=True)
@@ -253,7 +250,7 @@ class CompressedMethod(method.FederatedMethod):
       store.put_local_parameters(users[positions], state)
     dense_upload, dense_download = _dense_bytes(
         self.spec, self.initial_parameters, self.spec.embedding_dim,
-        client_data, len(users),
+        len(users),
     )
     return CompressedRoundResult(
         server_state=server_state,
@@ -479,7 +476,7 @@ class SmallDimMethod(method.FederatedMethod):
     )
     dense_upload, dense_download = _dense_bytes(
         self.spec, self.initial_parameters, self.full_embedding_dim,
-        client_data, len(users),
+        len(users),
     )
     return CompressedRoundResult(
         *result, download_bytes=self.download_bytes(None, len(users)),
