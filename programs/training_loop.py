@@ -30,6 +30,7 @@ import tensorflow_federated as tff
 from tff_fedrec import client_state_store
 from tff_fedrec import evaluation
 from tff_fedrec.algorithms import method as method_lib
+from tff_fedrec.programs import numpy_program_state
 from tff_fedrec.tasks import preprocessing
 
 HISTORY_KEYS = (
@@ -135,10 +136,14 @@ def peak_rss_mb(worker_pid: Optional[int]) -> float:
   return peak_kb / 1024.0
 
 
-def checkpoint_manager(root_dir: str) -> tff.program.FileProgramStateManager:
-  """The run's checkpoints, <root_dir>/checkpoints, keeping the last two."""
-  return tff.program.FileProgramStateManager(
-      os.path.join(root_dir, 'checkpoints'), keep_total=2, keep_first=False
+def checkpoint_manager(
+    root_dir: str,
+) -> numpy_program_state.NumpyProgramStateManager:
+  """The run's checkpoints, <root_dir>/checkpoints, keeping the last two
+  (.npy files: TFF's SavedModel manager keeps a copy of large client state
+  resident, see `numpy_program_state`)."""
+  return numpy_program_state.NumpyProgramStateManager(
+      os.path.join(root_dir, 'checkpoints'), keep_total=2
   )
 
 

@@ -1,0 +1,86 @@
+"""Checkpoints as plain .npy files: a `tff.program.ProgramStateManager`.
+
+TFF's `FileProgramStateManager` writes a SavedModel, first copying every
+leaf into a `tf.Variable`. With client state of gigabytes that copy stays
+resident: measured on Standalone's ML-1M store (4.1 GB), the program grew
+from 4.8 GB to 9.0 GB after one save and to 13.0 GB after three, and neither
+`gc.collect()` nor `malloc_trim` gave it back. This manager writes each leaf
+of the (flattened) program state with `np.save` instead: no copy beyond the
+file, and the files load without TensorFlow.
+
+Layout: <root_dir>/program_state_<version>/<index>.npy, one file per leaf in
+`tf.nest.flatten` order of the state. A version is written to a temporary
+directory and renamed into place, so a killed save never leaves a partial
+version behind (the temporary name does not parse as a version). The
+`keep_total` latest versions are kept.
+
+Example:
+  >>> manager = NumpyProgramStateManager('/tmp/run/checkpoints')
+  >>> asyncio.run(manager.save({'round': 3, 'table': np.zeros([2, 2])}, 3))
+  >>> asyncio.run(manager.load_latest({'round': 0, 'table': np.zeros([2, 2])}))
+  ({'round': array(3), 'table': array(...)}, 3)
+"""
+
+import os
+import shutil
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+_PREFIX = 'program_state_'
+
+
+class NumpyProgramStateManager(tff.program.ProgramStateManager):
+  """Saves and loads program state as .npy files (module docstring)."""
+
+  def __init__(self, root_dir: str, *, keep_total: int = 2):
+    if keep_total < 1:
+      raise ValueError(f'keep_total must be at least 1; got {keep_total}.')
+    self._root_dir = root_dir
+    self._keep_total = keep_total
+
+  def _path(self, version: int) -> str:
+    return os.path.join(self._root_dir, f'{_PREFIX}{version}')
+
+  async def get_versions(self) -> Optional[list[int]]:
+    if not os.path.isdir(self._root_dir):
+      return None
+    versions = []
+    for name in os.listdir(self._root_dir):
+      suffix = name[len(_PREFIX):]
+      if name.startswith(_PREFIX) and suffix.isdigit():
+        versions.append(int(suffix))
+    return sorted(versions) or None
+
+  async def load(self, version: int, structure):
+    path = self._path(version)
+    leaves = tf.nest.flatten(structure)
+    files = [os.path.join(path, f'{index}.npy') for index in range(len(leaves))]
+    found = len([n for n in os.listdir(path) if n.endswith('.npy')])
+    if found != len(leaves):
+      raise ValueError(
+          f'Checkpoint {path} holds {found} arrays, but this program keeps '
+          f'{len(leaves)}: it was written by a different method or version. '
+          'Use a new --root_dir.'
+      )
+    return tf.nest.pack_sequence_as(
+        structure, [np.load(f, allow_pickle=False) for f in files]
+    )
+
+  async def save(self, program_state, version: int) -> None:
+    os.makedirs(self._root_dir, exist_ok=True)
+    final = self._path(version)
+    temporary = f'{final}_temporary'
+    shutil.rmtree(temporary, ignore_errors=True)
+    os.makedirs(temporary)
+    for index, leaf in enumerate(tf.nest.flatten(program_state)):
+      with open(os.path.join(temporary, f'{index}.npy'), 'wb') as f:
+        np.save(f, np.asarray(leaf), allow_pickle=False)
+        f.flush()
+        os.fsync(f.fileno())
+    shutil.rmtree(final, ignore_errors=True)
+    os.rename(temporary, final)
+    for old in (await self.get_versions())[:-self._keep_total]:
+      shutil.rmtree(self._path(old), ignore_errors=True)
