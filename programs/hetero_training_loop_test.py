@@ -89,3 +89,31 @@ def test_a_test_item_below_the_cut_off_is_missed():
   # User 0 gets item 1 (missed); users 1 and 2 have only items 0, 2 left and
   # item 0 (1 interaction) beats item 2 (0): missed too.
   assert result['recall@1'] == 0.0
+
+
+def test_training_negatives_may_be_test_items_but_never_training_items():
+  # 4 items. User 0 trained on 0 and 1 and tests on 2; item 3 is nobody's.
+  # Its negatives come from {2, 3}: the test item 2 is a possible negative,
+  # since excluding it would mark it as the user's (a leak into training).
+  data = preprocessing.RandomSplitData(
+      num_users=2, num_items=4, user_ids=np.arange(2), item_ids=np.arange(4),
+      train_offsets=np.array([0, 2, 3]),
+      train_items=np.array([1, 0, 3], np.int32),
+      test_offsets=np.array([0, 1, 2]),
+      test_items=np.array([2, 0], np.int32),
+      interacted_offsets=np.array([0, 3, 5]),
+      interacted_items=np.array([0, 1, 2, 0, 3], np.int32),
+  )
+  config = hetero_training_loop.HeteroLoopConfig(
+      rounds=1, negatives_per_positive=4
+  )
+  negatives = {0: set(), 1: set()}
+  for round_num in range(20):
+    examples = hetero_training_loop.round_examples(
+        data, config, round_num, np.array([0, 1])
+    )
+    for position in (0, 1):
+      items, labels = preprocessing.user_examples(examples, position)
+      negatives[position] |= set(items[labels == 0].tolist())
+  assert negatives[0] == {2, 3}
+  assert negatives[1] == {0, 1, 2}
