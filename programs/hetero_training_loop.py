@@ -306,18 +306,16 @@ class HeteroTrainingRun:
             collections.OrderedDict(
                 items=items.astype(np.int32),
                 labels=labels.astype(np.float32),
-                seed=np.zeros([2], np.int64),
             )
         )
       for group in user_groups.group_positions(
           [len(d['items']) for d in user_data], self._config.users_per_client
       ):
-        data = user_groups.group_client_data([user_data[g] for g in group])
-        del data['seeds']
-        data['tier'] = np.int32(self._method.model_tier[data_tier])
-        data['include'] = np.float32(self._method.included[data_tier])
-        data.move_to_end('include', last=False)
-        data.move_to_end('tier', last=False)
+        data = user_groups.tier_group_client_data(
+            [user_data[g] for g in group],
+            tier=self._method.model_tier[data_tier],
+            include=self._method.included[data_tier],
+        )
         groups.append((users[positions[group]], data))
     return groups
 

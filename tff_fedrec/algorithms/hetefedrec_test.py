@@ -31,18 +31,11 @@ def _user(seed, n):
   return collections.OrderedDict(
       items=rng.integers(0, _SPEC.num_items, n).astype(np.int32),
       labels=(rng.random(n) < 0.4).astype(np.float32),
-      seed=np.zeros([2], np.int64),
   )
 
 
 def _group(tier, users, include=1.0):
-  data = user_groups.group_client_data(users)
-  del data['seeds']
-  data['tier'] = np.int32(tier)
-  data['include'] = np.float32(include)
-  data.move_to_end('include', last=False)
-  data.move_to_end('tier', last=False)
-  return data
+  return user_groups.tier_group_client_data(users, tier=tier, include=include)
 
 
 def _locals(num_users, tier, seed):

@@ -25,16 +25,11 @@ def _user_data(seed, n, num_items):
   return collections.OrderedDict(
       items=rng.choice(num_items, n, replace=False).astype(np.int32),
       labels=(rng.random(n) < 0.5).astype(np.float32),
-      seed=np.zeros([2], np.int64),
   )
 
 
 def _group(tier, users):
-  data = user_groups.group_client_data(users)
-  del data['seeds']
-  return collections.OrderedDict(
-      tier=np.int32(tier), include=np.float32(1.0), **data
-  )
+  return user_groups.tier_group_client_data(users, tier=tier)
 
 
 def _models(spec, method, tier, num_users, seed):

@@ -58,7 +58,7 @@ def group_client_data(
     user_data: Sequence[collections.OrderedDict],
 ) -> collections.OrderedDict:
   """One group's client data from its users' `OrderedDict(items, labels,
-  seed)` (item ids global)."""
+  seed)` (item ids global); users without a seed give no `seeds`."""
   row_ids, local_items = [], []
   for data in user_data:
     ids, inverse = np.unique(np.asarray(data['items']), return_inverse=True)
@@ -72,7 +72,22 @@ def group_client_data(
           [np.asarray(d['labels'], np.float32) for d in user_data], np.float32
       ),
       num_examples=np.array([len(d['items']) for d in user_data], np.int32),
-      seeds=np.stack([np.asarray(d['seed'], np.int64) for d in user_data]),
+      **({'seeds': np.stack([np.asarray(d['seed'], np.int64)
+                             for d in user_data])}
+         if 'seed' in user_data[0] else {}),
+  )
+
+
+def tier_group_client_data(
+    user_data: Sequence[collections.OrderedDict], *, tier: int,
+    include: float = 1.0,
+) -> collections.OrderedDict:
+  """A group's client data for the tiered processes
+  (`hetefedrec.client_data_type()`): the model tier it trains, whether its
+  uploads count, then `group_client_data` of users without seeds."""
+  return collections.OrderedDict(
+      tier=np.int32(tier), include=np.float32(include),
+      **group_client_data(user_data),
   )
 
 
