@@ -320,3 +320,33 @@ def item_participation_mean(
       ),
       tf.reduce_sum(weights, axis=0),
   )
+
+
+def scatter_rows(
+    rows: tf.Tensor, num_rows: tf.Tensor, row_ids: tf.Tensor, num_items: int
+) -> tuple[tf.Tensor, tf.Tensor]:
+  """Sums U users' item rows into the table: (update_sum, participants).
+
+  Args:
+    rows: float32 [U, T, d]; user u's first num_rows[u] rows are real, the
+      rest padding (ignored).
+    num_rows: int32 [U], T_u.
+    row_ids: int32 [U, T], the item of each row.
+    num_items: N.
+
+  Returns:
+    update_sum float32 [N, d], the sum over users of their rows of each
+    item, and participants float32 [N], |S^i|, how many users sent item i:
+    the inputs of `normalize_by_participation`.
+  """
+  real = tf.sequence_mask(num_rows, tf.shape(row_ids)[1])
+  ids = tf.boolean_mask(row_ids, real)[:, tf.newaxis]
+  values = tf.boolean_mask(tf.convert_to_tensor(rows, tf.float32), real)
+  dim = values.shape[-1]
+  return (
+      tf.scatter_nd(ids, values, [num_items, dim]),
+      tf.scatter_nd(
+          ids, tf.ones([tf.shape(ids)[0]], tf.float32), [num_items]
+      ),
+  )
+

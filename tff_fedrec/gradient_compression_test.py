@@ -324,3 +324,13 @@ def test_aggregation_runs_in_a_tf1_graph():
       )
 
   np.testing.assert_array_equal(got, [[4, 1], [4, 4]])
+
+
+def test_scatter_rows_sums_real_rows_and_counts_senders():
+  # User 0 sends items 2 and 0; user 1 sends item 2 and one padding row.
+  rows = [[[1.0, 2.0], [3.0, 4.0]], [[10.0, 20.0], [99.0, 99.0]]]
+  update_sum, participants = gradient_compression.scatter_rows(
+      rows, [2, 1], [[2, 0], [2, 1]], num_items=3
+  )
+  np.testing.assert_array_equal(update_sum, [[3, 4], [0, 0], [11, 22]])
+  np.testing.assert_array_equal(participants, [1, 0, 2])

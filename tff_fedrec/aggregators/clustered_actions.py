@@ -149,18 +149,12 @@ class ClusteredActionsFactory(tff.aggregators.UnweightedAggregationFactory):
     @tff.tensorflow.computation(accumulator_type, message_type)
     def accumulate(total, message):
       rows = codec.decode(message['payload'], message['shared_seed'], dim)
-      real = tf.sequence_mask(
-          message['num_rows'], tf.shape(message['row_ids'])[1]
+      update_sum, participants = gradient_compression.scatter_rows(
+          rows, message['num_rows'], message['row_ids'], num_items
       )
-      ids = tf.boolean_mask(message['row_ids'], real)[:, tf.newaxis]
       return collections.OrderedDict(
-          update_sum=tf.tensor_scatter_nd_add(
-              total['update_sum'], ids, tf.boolean_mask(rows, real)
-          ),
-          participants=tf.tensor_scatter_nd_add(
-              total['participants'], ids,
-              tf.ones([tf.shape(ids)[0]], tf.float32),
-          ),
+          update_sum=total['update_sum'] + update_sum,
+          participants=total['participants'] + participants,
           num_users=total['num_users']
           + tf.cast(tf.size(message['num_rows']), tf.float32),
       )

@@ -7,32 +7,45 @@ themselves are in `action_clustering` and `gradient_compression`):
   ClusteredActions  FedRAS, Alg. 1 lines 26-29: the rows as they are if
                     there are at most e_u of them, else e_u k-means actions,
                     plus one group index per row.
-  TopK(k)           each row's k largest-magnitude entries.
-  Svd(r)            the rank-r truncated SVD of the rows.
-  Colr(r)           A [n, r] with rows ~ A B, B [r, d] drawn from a seed the
-                    server and the clients share each round.
+  TopK              each row's k_u largest-magnitude entries.
+  Svd               the rank-r_u truncated SVD of the rows.
+  Colr              A [n, r_u] with rows ~ A B, B [r_u, d] drawn from a
+                    seed the server and the clients share each round.
+
+The baselines' uploads get FedRAS's per-user byte budget: user u's k_u or
+r_u is the largest whose message fits in B_u = `encoded_bytes('fedras',
+T_u, d, min(T_u, e_u))`, the size of its FedRAS message (`upload_budget`,
+`budget_parameter`), so all four upload about the same bytes for the same
+users and measured uplink rates can be compared. The paper states one
+rate for all methods (Sec. 5.1) and no per-user rule for the baselines; a
+k or rank picked once for the whole [N, d] table
+(`gradient_compression.pick_parameter`, still the baselines' downlink)
+spends, on the T_u rows a user uploads, about a third of FedRAS's bytes
+(uplink CR 0.98 against 0.943 on ML-100K at a requested 0.9375).
 
 One TFF client simulates a group of U users (`algorithms/user_groups`), and
 every user is a device with its own message, so a codec works on the group:
 
-  rows     float32 [U, T, d]  user u's rows are the first num_rows[u] (the
-                              T_u items it trained, Alg. 1 line 25: Delta
-                              Q_u is zero on every other item); the rest is
-                              padding, masked out before encoding;
-  num_rows int32 [U]          T_u.
+  rows      float32 [U, T, d]  user u's rows are the first num_rows[u] (the
+                               T_u items it trained, Alg. 1 line 25: Delta
+                               Q_u is zero on every other item); the rest
+                               is padding, masked out before encoding;
+  num_rows  int32 [U]          T_u;
+  bandwidth int32 [U]          e_u, the user's FedRAS bandwidth in rows.
 
 Every codec has the same four methods:
 
   encode(rows, num_rows, bandwidth, seeds, shared_seed) -> message
       the group's messages, an `OrderedDict` of tensors with a leading [U];
-      bandwidth int32 [U] is e_u, seeds int64 [U, 2] each user's seed,
-      shared_seed int64 [2] the round's (each codec reads what it needs);
+      seeds int64 [U, 2] is each user's seed, shared_seed int64 [2] the
+      round's (each codec reads what it needs);
   decode(message, shared_seed, dim) -> float32 [U, T, d]
       the rows the server reconstructs, zero on padding;
   message_bytes(message, num_rows, dim) -> int64 [U]
       each user's message under `gradient_compression.encoded_bytes` with
-      n = T_u rows: the ids of the T_u items are not counted (the module
-      docstring there says why), and an empty message (T_u = 0) is 0 bytes;
+      n = T_u rows and the user's own parameter: the ids of the T_u items
+      are not counted (the module docstring there says why), and an empty
+      message (T_u = 0) is 0 bytes;
   compressed(message, num_rows) -> bool [U]
       whether the user's rows were sent lossily.
 
@@ -41,6 +54,7 @@ Everything is graph-mode TensorFlow without `tff.*`, so it runs inside a
 """
 
 import collections
+from typing import Optional
 
 import tensorflow as tf
 
@@ -178,83 +192,222 @@ class ClusteredActions:
     return message['compressed']
 
 
-class _FixedParameterCodec:
-  """A baseline whose parameter (k or rank) is the same for every user;
-  it sends every user's rows lossily and ignores bandwidths."""
+BASELINES = ('top_k', 'svd', 'colr')
+
+
+def upload_budget(num_rows, bandwidth, dim: int) -> tf.Tensor:
+  """int64 [U]: B_u, the bytes of FedRAS's upload for each user.
+
+  B_u = `encoded_bytes('fedras', T_u, d, min(T_u, e_u))`
+      = 4 min(T_u, e_u) d + T_u index_bytes(min(T_u, e_u) + 1),
+  what `ClusteredActions` sends when none of the T_u rows is zero (a zero
+  row is not sent, so FedRAS may send less, never more); 0 for T_u = 0.
+
+  Example: d = 4, e_u = 2: T_u = 5 gives 4 * 2 * 4 + 5 * 1 = 37 bytes,
+  T_u = 2 gives 4 * 2 * 4 + 2 * 1 = 34.
+
+  Args:
+    num_rows: int [U], T_u.
+    bandwidth: int [U], e_u.
+    dim: the Python width d.
+  """
+  num_rows = tf.cast(num_rows, tf.int32)
+  actions = tf.minimum(num_rows, tf.cast(bandwidth, tf.int32))
+  return encoded_bytes('fedras', num_rows, dim, actions)
+
+
+def lossless_parameter(scheme: str, num_rows, dim: int) -> tf.Tensor:
+  """int32: a baseline's largest parameter, at which it sends rows exactly.
+
+  d for 'top_k' (every entry) and 'colr' (B [d, d] is square and, drawn
+  from a normal, invertible), min(T_u, d) for 'svd' (the rows' full rank):
+  the top of `gradient_compression.encoded_bytes`'s range, past which a
+  message only grows.
+  """
+  if scheme not in BASELINES:
+    raise ValueError(f'Unknown scheme {scheme!r}; expected one of {BASELINES}.')
+  num_rows = tf.cast(num_rows, tf.int32)
+  if scheme == 'svd':
+    return tf.minimum(num_rows, dim)
+  return tf.fill(tf.shape(num_rows), tf.constant(dim, tf.int32))
+
+
+def budget_parameter(scheme: str, num_rows, dim: int, budget) -> tf.Tensor:
+  """int32 [U]: each user's k or rank p_u, the largest its budget pays for.
+
+  p_u = max {p in [1, P_u] : encoded_bytes(scheme, T_u, d, p) <= B_u},
+  P_u = `lossless_parameter`. A baseline's bytes are p times a cost c_u
+  per unit of p, so p_u = clip(floor(B_u / c_u), 1, P_u) with
+
+    top_k  c_u = T_u (4 + index_bytes(d))
+    svd    c_u = 4 (T_u + d)
+    colr   c_u = 4 T_u
+
+  If even p = 1 costs more than B_u the user sends p = 1, over its
+  budget, rather than drop its update: with FedRAS's budget that takes
+  e_u d well below T_u (e.g. e_u = 1, T_u > d for top_k) or, for svd,
+  T_u = 1 (4 (1 + d) against 4 d + 1). At the paper's settings (d = 32,
+  e_u = 92 on ML-100K) every T_u <= N = 1,682 is within budget (top_k up
+  to T_u = 2,944, where 5 T_u = 11,776 + T_u). A user with T_u = 0 sends
+  nothing: p_u = 0.
+
+  Example: d = 4, T_u = 5, e_u = 2 (B_u = 37 bytes, `upload_budget`):
+  top_k k = floor(37 / 25) = 1, svd r = floor(37 / 36) = 1, colr r =
+  floor(37 / 20) = 1; with e_u = 3 (B_u = 53): 2, 1 and 2.
+
+  Args:
+    scheme: 'top_k', 'svd' or 'colr'.
+    num_rows: int [U], T_u.
+    dim: the Python width d.
+    budget: int [U], B_u in bytes.
+  """
+  largest = lossless_parameter(scheme, num_rows, dim)
+  num_rows = tf.cast(num_rows, tf.int64)
+  # The cost of an empty user is never used; 1 row keeps the division sane.
+  rows = tf.maximum(num_rows, 1)
+  float_bytes = gradient_compression.FLOAT_BYTES
+  if scheme == 'top_k':
+    unit = rows * (float_bytes + gradient_compression.index_bytes(dim))
+  elif scheme == 'svd':
+    unit = float_bytes * (rows + dim)
+  else:
+    unit = float_bytes * rows
+  affordable = tf.cast(budget, tf.int64) // unit
+  parameter = tf.clip_by_value(affordable, 1, tf.cast(largest, tf.int64))
+  return tf.cast(tf.where(num_rows > 0, parameter, 0), tf.int32)
+
+
+class _BudgetedCodec:
+  """A baseline whose user u sends at the parameter p_u its FedRAS budget
+  pays for (`upload_budget`, `budget_parameter`).
+
+  Its message carries, besides the scheme's tensors,
+
+    parameter   int32 [U]  p_u (k_u or r_u), 0 for T_u = 0;
+    compressed  bool [U]   whether p_u is below `lossless_parameter`,
+                           i.e. the scheme may have lost something (rows
+                           sparse or low-rank enough can still come back
+                           exactly).
+
+  Args:
+    max_parameter: an upper bound on every p_u; None bounds it only by the
+      budget and `lossless_parameter`.
+  """
 
   scheme = None
 
-  def __init__(self, parameter: int):
-    if parameter < 1:
+  def __init__(self, max_parameter: Optional[int] = None):
+    if max_parameter is not None and max_parameter < 1:
       raise ValueError(
-          f'The {self.scheme} parameter must be positive; got {parameter}.'
+          f'The {self.scheme} max_parameter must be positive; got '
+          f'{max_parameter}.'
       )
-    self.parameter = parameter
+    self.max_parameter = max_parameter
+
+  def parameters(self, num_rows, bandwidth, dim: int) -> tf.Tensor:
+    """int32 [U]: p_u of each user with T_u rows and bandwidth e_u."""
+    parameter = budget_parameter(
+        self.scheme, num_rows, dim, upload_budget(num_rows, bandwidth, dim)
+    )
+    if self.max_parameter is not None:
+      parameter = tf.minimum(parameter, self.max_parameter)
+    return parameter
+
+  def _message(self, fields, parameter, num_rows, dim: int):
+    lossy = parameter < lossless_parameter(self.scheme, num_rows, dim)
+    return collections.OrderedDict(
+        **fields,
+        parameter=parameter,
+        compressed=tf.logical_and(tf.convert_to_tensor(num_rows) > 0, lossy),
+    )
+
+  def message_bytes(self, message, num_rows, dim: int):
+    return encoded_bytes(self.scheme, num_rows, dim, message['parameter'])
 
   def compressed(self, message, num_rows):
-    del message
-    return tf.convert_to_tensor(num_rows) > 0
+    del num_rows
+    return message['compressed']
 
 
-class TopK(_FixedParameterCodec):
-  """Per-row top-k (Sec. 5.1, Topk): values and columns [U, T, k].
+class TopK(_BudgetedCodec):
+  """Per-row top-k (Sec. 5.1, Topk) at each user's k_u.
 
-  Bytes: T_u k (4 + index_bytes(d)).
+  values float32 [U, T, K] and indices int32 [U, T, K], K = max_u k_u:
+  each of user u's rows keeps its k_u largest-magnitude entries in its
+  first k_u slots; the other slots hold value 0 and index -1, which decode
+  to nothing. Bytes: T_u k_u (4 + index_bytes(d)).
+
+  Example: d = 4, e_u = 2, T_u = 5: B_u = 37 bytes buys k_u = 1, 25
+  bytes; each row keeps its largest-magnitude entry.
   """
 
   scheme = 'top_k'
 
   def encode(self, rows, num_rows, bandwidth, seeds, shared_seed):
-    del bandwidth, seeds, shared_seed
+    """Messages of the group (class docstring); the seeds are unused."""
+    del seeds, shared_seed
     rows = _masked(rows, num_rows)
     dim = _width(rows)
-    shape = tf.shape(rows)
+    k = self.parameters(num_rows, bandwidth, dim)
+    width = tf.maximum(tf.reduce_max(k), 0)
+    # top_k sorts by magnitude, so a user's first k_u of the group's K
+    # slots are its own top k_u.
     message = gradient_compression.top_k_encode(
-        tf.reshape(rows, [-1, dim]), self.parameter
+        tf.reshape(rows, [-1, dim]), width
     )
-    kept = tf.concat([shape[:2], [self.parameter]], axis=0)
-    return collections.OrderedDict(
-        values=tf.reshape(message.values, kept),
-        indices=tf.reshape(message.indices, kept),
+    kept = tf.concat([tf.shape(rows)[:2], [width]], axis=0)
+    sent = tf.sequence_mask(k, width)[:, tf.newaxis, :]
+    return self._message(
+        dict(
+            values=tf.where(sent, tf.reshape(message.values, kept), 0.0),
+            indices=tf.where(sent, tf.reshape(message.indices, kept), -1),
+        ),
+        k, num_rows, dim,
     )
 
   def decode(self, message, shared_seed, dim: int):
     del shared_seed
+    # tf.one_hot of index -1 is zero: an unsent slot adds nothing.
     return gradient_compression.top_k_decode(
         gradient_compression.TopKMessage(message['values'], message['indices']),
         dim,
     )
 
-  def message_bytes(self, message, num_rows, dim: int):
-    del message
-    return encoded_bytes(self.scheme, num_rows, dim, self.parameter)
 
+class Svd(_BudgetedCodec):
+  """Each user's truncated SVD (Sec. 5.1, SVD) at its rank r_u.
 
-class Svd(_FixedParameterCodec):
-  """Each user's rank-r truncated SVD (Sec. 5.1, SVD).
+  left float32 [U, T, R] = U_r S_r and right [U, R, d] = V_r^T, R = max_u
+  r_u, with user u's columns (rows) r_u and beyond zero. Its padding rows
+  are zero, so the SVD of its [T, d] block is that of its T_u real rows
+  (`gradient_compression.svd_encode`, batched). Bytes: 4 r_u (T_u + d).
 
-  left float32 [U, T, r'] = U_r S_r and right [U, r', d] = V_r^T with
-  r' = min(r, T, d). User u sends min(r, T_u) columns (its padding rows are
-  zero, so the rest are zero): bytes 4 min(r, T_u) (T_u + d).
+  Example: d = 4, e_u = 3, T_u = 5: B_u = 53 bytes buys r_u = 1, 36 bytes.
   """
 
   scheme = 'svd'
 
   def encode(self, rows, num_rows, bandwidth, seeds, shared_seed):
-    del bandwidth, seeds, shared_seed
+    """Messages of the group (class docstring); the seeds are unused."""
+    del seeds, shared_seed
     rows = _masked(rows, num_rows)
     dim = _width(rows)
-    left, right = tf.map_fn(
-        lambda user_rows: tuple(
-            gradient_compression.svd_encode(user_rows, self.parameter)
+    rank = self.parameters(num_rows, bandwidth, dim)
+    width = tf.maximum(tf.reduce_max(rank), 0)
+    singular_values, left, right = tf.linalg.svd(rows, full_matrices=False)
+    sent = tf.sequence_mask(rank, width, tf.float32)
+    # U's padding rows are zero only up to round-off; make them exact.
+    real = tf.sequence_mask(num_rows, tf.shape(rows)[1], tf.float32)
+    return self._message(
+        dict(
+            left=left[..., :width]
+            * (singular_values[:, :width] * sent)[:, tf.newaxis, :]
+            * real[..., tf.newaxis],
+            right=tf.linalg.matrix_transpose(right[..., :width])
+            * sent[..., tf.newaxis],
         ),
-        rows,
-        fn_output_signature=(
-            tf.TensorSpec([None, None], tf.float32),
-            tf.TensorSpec([None, dim], tf.float32),
-        ),
+        rank, num_rows, dim,
     )
-    return collections.OrderedDict(left=left, right=right)
 
   def decode(self, message, shared_seed, dim: int):
     del shared_seed, dim
@@ -262,50 +415,62 @@ class Svd(_FixedParameterCodec):
         gradient_compression.LowRankMessage(message['left'], message['right'])
     )
 
-  def message_bytes(self, message, num_rows, dim: int):
-    del message
-    return encoded_bytes(
-        self.scheme, num_rows, dim, tf.minimum(self.parameter, num_rows)
-    )
 
+class Colr(_BudgetedCodec):
+  """CoLR's upload (Nguyen et al. WWW 2024) at each user's rank r_u.
 
-class Colr(_FixedParameterCodec):
-  """CoLR's upload (Nguyen et al. WWW 2024): A [U, T, r] with rows ~ A B.
+  B = `gradient_compression.colr_projection(shared_seed, P, d)`, P = d
+  (or max_parameter if smaller), is the round's fixed factor, regenerated
+  by the server from the same seed. User u fits A_u [T, r_u] to its rows
+  by least squares on B's first r_u rows (`colr_encode`; CoLR proper
+  trains A through the loss, see `algorithms/fedras`) and sends it padded
+  with zero columns: a float32 [U, T, R], R = max_u r_u, decoded as A_u B
+  (a zero column adds nothing). Bytes: 4 T_u r_u.
 
-  B = `gradient_compression.colr_projection(shared_seed, r, d)` is the
-  round's fixed factor, regenerated by the server from the same seed; A is
-  the least-squares fit `colr_encode` of the client's trained rows (CoLR
-  proper trains A through the loss; see `algorithms/fedras`). Bytes:
-  4 T_u r.
+  B's scale: `colr_projection` draws entries N(0, 1 / P) so that the whole
+  B has E[B^T B] = I_d; its first r_u rows have the same entries, so
+  E[B_r^T B_r] = (r_u / P) I_d. That expectation matters to CoLR trained
+  through the loss, whose step on A moves Q by -lr G B^T B; it does not
+  matter here: A_u B_r = rows B_r^T (B_r B_r^T)^-1 B_r is the orthogonal
+  projection of the rows onto B_r's row space, the same for c B_r and any
+  c != 0, and that row space (r_u rows of i.i.d. normals) is distributed
+  as a fresh rank-r_u factor's. At r_u = d, B is square and invertible
+  with probability 1: the rows come back exactly.
+
+  Example: d = 4, e_u = 2: T_u = 5 (B_u = 37 bytes) buys r_u = 1, 20
+  bytes; T_u = 2 (B_u = 34) buys r_u = 4 = d, 32 bytes, and is exact.
   """
 
   scheme = 'colr'
 
-  def _projection(self, shared_seed, dim):
-    return gradient_compression.colr_projection(
-        shared_seed, self.parameter, dim
-    )
+  def _projection(self, shared_seed, dim: int):
+    rows = dim if self.max_parameter is None else min(self.max_parameter, dim)
+    return gradient_compression.colr_projection(shared_seed, rows, dim)
 
   def encode(self, rows, num_rows, bandwidth, seeds, shared_seed):
-    del bandwidth, seeds
+    """Messages of the group (class docstring); seeds are unused."""
+    del seeds
     rows = _masked(rows, num_rows)
     dim = _width(rows)
-    shape = tf.shape(rows)
-    a = gradient_compression.colr_encode(
-        tf.reshape(rows, [-1, dim]), self._projection(shared_seed, dim)
+    rank = self.parameters(num_rows, bandwidth, dim)
+    # An empty user's zero rows fit A = 0 at any rank; rank 1 keeps its
+    # solve non-empty.
+    fit_rank = tf.maximum(rank, 1)
+    width = tf.reduce_max(fit_rank)
+    projection = self._projection(shared_seed, dim)
+
+    def one_user(args):
+      user_rows, user_rank = args
+      a = gradient_compression.colr_encode(user_rows, projection[:user_rank])
+      return tf.pad(a, [[0, 0], [0, width - user_rank]])
+
+    a = tf.map_fn(
+        one_user, (rows, fit_rank),
+        fn_output_signature=tf.TensorSpec([None, None], tf.float32),
     )
-    return collections.OrderedDict(
-        a=tf.reshape(a, tf.concat([shape[:2], [self.parameter]], axis=0))
-    )
+    return self._message(dict(a=a), rank, num_rows, dim)
 
   def decode(self, message, shared_seed, dim: int):
     a = message['a']
-    shape = tf.shape(a)
-    rows = gradient_compression.colr_decode(
-        tf.reshape(a, [-1, self.parameter]), self._projection(shared_seed, dim)
-    )
-    return tf.reshape(rows, tf.concat([shape[:2], [dim]], axis=0))
-
-  def message_bytes(self, message, num_rows, dim: int):
-    del message
-    return encoded_bytes(self.scheme, num_rows, dim, self.parameter)
+    projection = self._projection(shared_seed, dim)[: tf.shape(a)[-1]]
+    return gradient_compression.colr_decode(a, projection)

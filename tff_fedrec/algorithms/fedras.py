@@ -23,10 +23,12 @@ MLP, Sec. 5.1) and `compression_rate` (CR = 1 - bytes / dense bytes of the
                 5.4.1; `compression_rate_range` for per-user bandwidths
                 (Sec. 5.5).
   build_topk, build_svd, build_colr  the baselines Topk, SVD and CoLR: the
-                same client copies, catch-up and byte accounting, their k
-                or rank `gradient_compression.pick_parameter` for the rate,
-                used both ways, and FedAvg aggregation ("the classical FL
-                algorithm FedAvg").
+                same client copies, catch-up and byte accounting, and
+                FedAvg aggregation ("the classical FL algorithm FedAvg").
+                Their download has the k or rank
+                `gradient_compression.pick_parameter` gives the [N, d]
+                table at the rate; their uploads get FedRAS's per-user
+                byte budget (`row_codecs.upload_budget`).
   build_base_small_dim  "Base": FedMF / FedNCF (`partially_local`) with
                 the embedding width d' whose dense table meets the rate.
 
@@ -51,6 +53,13 @@ Interpretations of the paper:
   - FedRAS-E uploads clustered trained embeddings; the server sets each
     trained item to the participation mean of the decoded rows and sends
     the whole table clustered; clients replace their copies.
+  - The paper sets one rate for every method and no per-user rule for the
+    baselines' uploads. Each user's upload gets the bytes its FedRAS upload
+    would take, 4 min(T_u, e_u) d + T_u index_bytes(min(T_u, e_u) + 1),
+    and the largest k or rank that fits (`row_codecs.budget_parameter`),
+    so measured uplink rates match FedRAS's. A k or rank picked for the
+    [N, d] table and used on a user's T_u rows uploads about a third of
+    FedRAS's bytes.
   - CoLR's client projects its trained update onto the round's shared B
     (least squares, `gradient_compression.colr_encode`) instead of training
     A through the loss.
@@ -363,11 +372,30 @@ def build_fedras(
   )
 
 
+# scheme -> (upload codec, downlink codec).
 _BASELINE_CODECS = {
     'top_k': (row_codecs.TopK, downlink_codecs.TopKDownlink),
     'svd': (row_codecs.Svd, downlink_codecs.SvdDownlink),
     'colr': (row_codecs.Colr, downlink_codecs.ColrDownlink),
 }
+
+
+def baseline_codecs(
+    scheme: str, num_items: int, embedding_dim: int, compression_rate: float
+):
+  """(upload codec, downlink codec) of a baseline (`build_compressed_baseline`
+  describes their parameters)."""
+  if scheme not in _BASELINE_CODECS:
+    raise ValueError(
+        f'scheme must be one of {tuple(_BASELINE_CODECS)}; got {scheme!r}.'
+    )
+  upload, downlink = _BASELINE_CODECS[scheme]
+  return upload(), downlink(
+      num_items, embedding_dim,
+      gradient_compression.pick_parameter(
+          scheme, num_items, embedding_dim, compression_rate
+      ),
+  )
 
 
 def build_compressed_baseline(
@@ -386,24 +414,27 @@ def build_compressed_baseline(
 ) -> CompressedMethod:
   """Topk, SVD or CoLR of Sec. 5.1 (`scheme` 'top_k', 'svd' or 'colr').
 
-  Their k or rank is `gradient_compression.pick_parameter(scheme, N, d,
-  compression_rate)`, used both ways; aggregation is FedAvg. Other
+  Upload: each user's k_u or rank r_u is the largest whose message fits
+  the bytes of its FedRAS upload at bandwidth e_u (C_e unless the client
+  data gives one; `row_codecs.TopK`, `Svd`, `Colr`).
+  Download: the k or rank `gradient_compression.pick_parameter(scheme, N,
+  d, compression_rate)` of the [N, d] table. Aggregation is FedAvg. Other
   arguments as `build_fedras`.
+
+  Example: N = 24, d = 4, rate 0.78 (C_e = 4): a user with T_u = 7 rows
+  has B_u = 4 * 4 * 4 + 7 * 1 = 71 bytes and uploads top-k k_u =
+  floor(71 / 35) = 2, svd r_u = floor(71 / 44) = 1 or colr r_u =
+  floor(71 / 28) = 2; the download uses k = r = 1.
   """
-  if scheme not in _BASELINE_CODECS:
-    raise ValueError(
-        f'scheme must be one of {tuple(_BASELINE_CODECS)}; got {scheme!r}.'
-    )
-  parameter = gradient_compression.pick_parameter(
+  upload_codec, downlink_codec = baseline_codecs(
       scheme, num_items, embedding_dim, compression_rate
   )
-  upload, downlink = _BASELINE_CODECS[scheme]
   return _build(
       _spec(model, num_items, embedding_dim, hidden_units), training, seed,
       ClientBandwidths(num_items, embedding_dim, compression_rate, None, seed),
       scheme=scheme,
-      upload_codec=upload(parameter),
-      downlink_codec=downlink(num_items, embedding_dim, parameter),
+      upload_codec=upload_codec,
+      downlink_codec=downlink_codec,
       normalization='clients',
       catch_up_rounds=catch_up_rounds,
       item_aggregator=item_aggregator,

@@ -53,6 +53,23 @@ def tff_worker():
     yield pid
 
 
+def _upload_parameter(scheme, num_rows, dim, bandwidth):
+  """A baseline's k or rank for an upload of num_rows rows: the largest
+  whose bytes fit what FedRAS would send (min(T_u, e_u) actions), by search
+  over every parameter; 1 if none fits."""
+  budget = gradient_compression.encoded_bytes(
+      'fedras', num_rows, dim, min(num_rows, bandwidth)
+  )
+  largest = min(num_rows, dim) if scheme == 'svd' else dim
+  return max(
+      [1] + [
+          p for p in range(1, largest + 1)
+          if gradient_compression.encoded_bytes(scheme, num_rows, dim, p)
+          <= budget
+      ]
+  )
+
+
 def _client_data(users, round_num):
   rng = np.random.default_rng([round_num, *users])
   data = []
@@ -71,7 +88,7 @@ def _client_data(users, round_num):
 class _Reference:
   """Algorithm 1 by hand for one configuration (module docstring)."""
 
-  def __init__(self, method, *, scheme, parameter=None, alpha=0.2,
+  def __init__(self, method, *, scheme, downlink_parameter=None, alpha=0.2,
                normalization='participation', embeddings=False,
                catch_up_rounds=compressed_exchange.DEFAULT_CATCH_UP_ROUNDS):
     self.spec = method.spec
@@ -87,7 +104,8 @@ class _Reference:
     self.synced = {u: 0 for u in range(_NUM_USERS)}
     self.scheme, self.alpha = scheme, alpha
     self.expected_groups = method.bandwidths.expected_groups
-    self.parameter = parameter
+    self.downlink_parameter = downlink_parameter
+    self.upload_parameters = []
     self.normalization, self.embeddings = normalization, embeddings
     self.history = catch_up_rounds
     self.similarity = cluster_and_split.initial_similarity_history()
@@ -112,26 +130,26 @@ class _Reference:
       sent = gradient_compression.encoded_bytes(
           'fedras', n, d, int(message.actions.shape[0])
       )
-    elif self.scheme == 'top_k':
-      decoded = gradient_compression.top_k_decode(
-          gradient_compression.top_k_encode(rows, self.parameter), d
-      )
-      sent = gradient_compression.encoded_bytes('top_k', n, d, self.parameter)
-    elif self.scheme == 'svd':
-      decoded = gradient_compression.low_rank_decode(
-          gradient_compression.svd_encode(rows, self.parameter)
-      )
-      sent = gradient_compression.encoded_bytes(
-          'svd', n, d, min(self.parameter, n)
-      )
     else:
-      projection = gradient_compression.colr_projection(
-          self._round_seed(round_num), self.parameter, d
-      )
-      decoded = gradient_compression.colr_decode(
-          gradient_compression.colr_encode(rows, projection), projection
-      )
-      sent = gradient_compression.encoded_bytes('colr', n, d, self.parameter)
+      parameter = _upload_parameter(self.scheme, n, d, bandwidth)
+      self.upload_parameters.append(parameter)
+      sent = gradient_compression.encoded_bytes(self.scheme, n, d, parameter)
+      if self.scheme == 'top_k':
+        decoded = gradient_compression.top_k_decode(
+            gradient_compression.top_k_encode(rows, parameter), d
+        )
+      elif self.scheme == 'svd':
+        decoded = gradient_compression.low_rank_decode(
+            gradient_compression.svd_encode(rows, parameter)
+        )
+      else:
+        # The first r rows of the round's B [d, d].
+        projection = gradient_compression.colr_projection(
+            self._round_seed(round_num), d, d
+        )[:parameter]
+        decoded = gradient_compression.colr_decode(
+            gradient_compression.colr_encode(rows, projection), projection
+        )
     return np.asarray(decoded), sent
 
   def _download_message(self, payload, round_num):
@@ -155,20 +173,23 @@ class _Reference:
       return decode
     if self.scheme == 'top_k':
       rows = gradient_compression.top_k_decode(
-          gradient_compression.top_k_encode(payload, self.parameter), d
+          gradient_compression.top_k_encode(payload, self.downlink_parameter),
+          d,
       )
     elif self.scheme == 'svd':
       rows = gradient_compression.low_rank_decode(
-          gradient_compression.svd_encode(payload, self.parameter)
+          gradient_compression.svd_encode(payload, self.downlink_parameter)
       )
     else:
       projection = gradient_compression.colr_projection(
-          self._round_seed(round_num), self.parameter, d
+          self._round_seed(round_num), self.downlink_parameter, d
       )
       rows = gradient_compression.colr_decode(
           gradient_compression.colr_encode(payload, projection), projection
       )
-    sent = gradient_compression.encoded_bytes(self.scheme, n, d, self.parameter)
+    sent = gradient_compression.encoded_bytes(
+        self.scheme, n, d, self.downlink_parameter
+    )
     return lambda bandwidth: (np.asarray(rows), sent)
 
   def _catch_up(self, user, round_num, bandwidth):
@@ -359,22 +380,69 @@ def test_ablations_match_the_reference(ablation, options):
         (fedras.build_colr, 'colr'),
     ],
 )
-def test_baselines_match_the_reference(builder, scheme):
+@pytest.mark.parametrize(
+    'bandwidth', [None, {0: 2, 1: 8, 2: 4, 3: 8, 4: 3}],
+    ids=['homogeneous', 'per_user'],
+)
+def test_baselines_match_the_reference(builder, scheme, bandwidth):
   method = builder(
       num_items=_NUM_ITEMS, embedding_dim=_DIM, training=_TRAINING,
       compression_rate=_RATE,
   )
-  parameter = gradient_compression.pick_parameter(
+  downlink_parameter = gradient_compression.pick_parameter(
       scheme, _NUM_ITEMS, _DIM, _RATE
   )
-  # k = 1 of 4 columns (CR 0.6875), rank 1 (svd 0.7083, colr 0.75).
-  assert parameter == 1
-  _run_and_compare(
-      method,
-      _Reference(
-          method, scheme=scheme, parameter=parameter, normalization='clients'
-      ),
+  # The download: k = 1 of 4 columns (CR 0.6875), rank 1 (svd 0.7083, colr
+  # 0.75) for the [24, 4] table.
+  assert downlink_parameter == 1
+  reference = _Reference(
+      method, scheme=scheme, downlink_parameter=downlink_parameter,
+      normalization='clients',
   )
+  _run_and_compare(method, reference, bandwidth=bandwidth)
+  # The uploads follow each user's budget. At e_u = C_e = 4, T_u = 7 rows
+  # have B_u = 4 * 4 * 4 + 7 = 71 bytes: top-k k_u = 71 // 35 = 2, svd
+  # r_u = 71 // 44 = 1, colr r_u = 71 // 28 = 2; at e_u = 8, B_u =
+  # 4 * 7 * 4 + 7 = 119: k_u = 3, r_u = 2 and 4.
+  if bandwidth is None and scheme != 'svd':
+    assert max(reference.upload_parameters) > downlink_parameter
+  if bandwidth is not None:
+    assert len(set(reference.upload_parameters)) > 1
+
+
+def test_baseline_uploads_take_about_fedras_bytes():
+  """Same users, same round: each baseline's upload fits FedRAS's."""
+  users = _SCHEDULE[0]
+  data = _client_data(users, 0)
+  sent = {}
+  for builder, scheme in [
+      (fedras.build_fedras, 'fedras'),
+      (fedras.build_topk, 'top_k'),
+      (fedras.build_svd, 'svd'),
+      (fedras.build_colr, 'colr'),
+  ]:
+    method = builder(
+        num_items=_NUM_ITEMS, embedding_dim=_DIM, training=_TRAINING,
+        compression_rate=_RATE,
+    )
+    store = client_state_store.ClientStateStore(
+        _NUM_USERS, method.initial_client_state
+    )
+    result = method.run_round(
+        method.process.initialize(), store, np.array(users), data, None,
+        users_per_client=2,
+    )
+    sent[scheme] = result.upload_bytes
+  # MF has no theta: the bytes are the item messages. FedRAS sends B_u =
+  # 4 min(T_u, 4) 4 + T_u (one-byte indices) for each user, its trained
+  # rows all changed; every baseline at most that, and more than half.
+  budget = sum(
+      gradient_compression.encoded_bytes('fedras', n, _DIM, min(n, 4))
+      for n in (len(np.unique(d['items'])) for d in data)
+  )
+  assert sent['fedras'] == budget
+  for scheme in ('top_k', 'svd', 'colr'):
+    assert budget / 2 < sent[scheme] <= budget, (scheme, sent)
 
 
 def test_clients_away_longer_than_the_kept_rounds_download_the_table():
