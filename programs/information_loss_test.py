@@ -47,7 +47,7 @@ def test_uploads_within_bandwidth_lose_nothing(losses):
 
 def test_lossy_schemes_lose_something(losses):
   # Top-K's budget cannot buy all d entries of every row (index bytes);
-  # the downlinks at 40% are lossy for every scheme.
+  # the downlinks at 10% are lossy for every scheme.
   assert losses['Top-K']['client_relative'] > 1e-4
   for name in information_loss.STRATEGIES:
     assert losses[name]['server_relative'] > 1e-6, name

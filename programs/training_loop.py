@@ -36,7 +36,8 @@ from tff_fedrec.tasks import preprocessing
 HISTORY_KEYS = (
     'round', 'train_loss', 'val_hr@10', 'val_ndcg@10', 'test_hr@10',
     'test_ndcg@10', 'test_auc', 'upload_bytes', 'download_bytes',
-    'dense_upload_bytes', 'dense_download_bytes', 'train_seconds', 'seconds',
+    'dense_upload_bytes', 'dense_download_bytes', 'message_download_bytes',
+    'dense_message_download_bytes', 'train_seconds', 'seconds',
 )
 
 
@@ -266,6 +267,12 @@ class TrainingRun:
         'dense_download_bytes': float(
             getattr(result, 'dense_download_bytes', download)
         ),
+        'message_download_bytes': float(
+            getattr(result, 'message_download_bytes', download)
+        ),
+        'dense_message_download_bytes': float(
+            getattr(result, 'dense_message_download_bytes', download)
+        ),
         'train_seconds': time.perf_counter() - start,
     }
     last = round_num == self._config.rounds - 1
@@ -369,12 +376,18 @@ class TrainingRun:
 
   def measured_compression_rate(self) -> dict[str, float]:
     """1 - bytes sent / bytes of the uncompressed exchange, over all
-    rounds, each way (0 for methods that do not compress)."""
-    return {
+    rounds, each way (0 for methods that do not compress), and for the
+    download also per message applied (`downlink_per_message`: without
+    catch-up and resyncs; nan if no client applied a message)."""
+    rates = {
         direction: 1.0 - sum(self.history[f'{key}_bytes'])
         / sum(self.history[f'dense_{key}_bytes'])
-        for direction, key in (('uplink', 'upload'), ('downlink', 'download'))
+        for direction, key in (('uplink', 'upload'), ('downlink', 'download'),
+                               ('downlink_per_message', 'message_download'))
+        if sum(self.history[f'dense_{key}_bytes'])
     }
+    rates.setdefault('downlink_per_message', float('nan'))
+    return rates
 
   def write_summary(self) -> dict:
     summary = self.summary()

@@ -309,7 +309,8 @@ def _results_table(summary: dict) -> str:
   rows.append((
       'bytes per round up / down (median)',
       f'{sent["upload"] / 1e6:.3f} / {sent["download"] / 1e6:.3f} MB; '
-      f'measured compression {rate["uplink"]:.4f} / {rate["downlink"]:.4f}',
+      f'measured compression {rate["uplink"]:.4f} / {rate["downlink"]:.4f} '
+      f'(downlink per message {rate["downlink_per_message"]:.4f})',
   ))
   width = max(len(name) for name, _ in rows)
   return '\n'.join(f'{name:<{width}}  {value}' for name, value in rows)

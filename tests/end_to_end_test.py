@@ -291,6 +291,8 @@ def test_two_rounds_of_each_compressed_method_report_their_bytes(
   rate = summary['measured_compression_rate']
   # Something was saved each way, never more than everything.
   assert 0 < rate['uplink'] < 1 and 0 < rate['downlink'] < 1
+  # Round 1's clients applied round 0's message: a rate of its own.
+  assert 0 < rate['downlink_per_message'] < 1
   assert summary['bytes_per_round']['upload'] > 0
   assert 'measured compression' in result.stdout
 

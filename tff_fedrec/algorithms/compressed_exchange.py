@@ -51,6 +51,7 @@ The process is a `two_phase.TwoPhaseProcess` (it returns client state):
   D = `client_data_type()`: `partially_local.client_data_type()` plus
       bandwidth int32[U], e_u in item rows (Sec. 4.1)
   M = <train_loss, num_examples, download_bytes int64, resyncs int32,
+       messages int32 (downlink messages the clients applied),
        downlink=<the codec's summary>, aggregator=<item=<uploaded_bytes,
        uploaded_users, compressed_users>, [dense]>>
 
@@ -152,7 +153,8 @@ def catch_up(codec, *, replaces: bool, history: int, copy, synced, round_num,
     bandwidth: int32 [U], e_u in rows.
 
   Returns:
-    (copies float32 [U, N, d], download bytes int64 [U], resynced bool [U]).
+    (copies float32 [U, N, d], download bytes int64 [U], resynced bool [U],
+    messages int32 [U]: how many messages each user applied).
   """
   num_items, dim = table.shape
   if replaces:
@@ -171,7 +173,7 @@ def catch_up(codec, *, replaces: bool, history: int, copy, synced, round_num,
       tf.constant(0, tf.int64),
   )
 
-  def apply_round(r, copy, sent):
+  def apply_round(r, copy, sent, messages):
     slot = r % history
     check = tf.debugging.assert_equal(
         downlink['rounds'][slot], r, message='Downlink message missing'
@@ -185,12 +187,13 @@ def catch_up(codec, *, replaces: bool, history: int, copy, synced, round_num,
     updated = rows if replaces else copy + rows
     copy = tf.where(applies[:, tf.newaxis, tf.newaxis], updated, copy)
     sent += tf.where(applies, message_bytes, tf.zeros_like(message_bytes))
-    return r + 1, copy, sent
+    return r + 1, copy, sent, messages + tf.cast(applies, tf.int32)
 
-  _, copy, sent = tf.while_loop(
-      lambda r, *_: r < round_num, apply_round, (first, copy, sent)
+  _, copy, sent, messages = tf.while_loop(
+      lambda r, *_: r < round_num, apply_round,
+      (first, copy, sent, tf.zeros_like(synced, tf.int32)),
   )
-  return copy, sent, resync
+  return copy, sent, resync, messages
 
 
 def build_compressed_exchange_process(
@@ -289,7 +292,7 @@ def build_compressed_exchange_process(
   )
   def client_update(global_params, downlink, round_num, local, data):
     num_users = tf.shape(data['num_examples'])[0]
-    copy, download_bytes, resynced = catch_up(
+    copy, download_bytes, resynced, messages = catch_up(
         downlink_codec,
         replaces=exchange_embeddings,
         history=history,
@@ -351,6 +354,7 @@ def build_compressed_exchange_process(
         num_users=tf.cast(num_users, tf.float32),
         download_bytes=tf.reduce_sum(download_bytes),
         resyncs=tf.reduce_sum(tf.cast(resynced, tf.int32)),
+        messages=tf.reduce_sum(messages),
     )
     return item_upload, dense_deltas, new_state, client_metrics
 
@@ -502,6 +506,7 @@ def build_compressed_exchange_process(
             num_examples=num_examples,
             download_bytes=tff.federated_sum(uploads.metrics.download_bytes),
             resyncs=tff.federated_sum(uploads.metrics.resyncs),
+            messages=tff.federated_sum(uploads.metrics.messages),
             downlink=updated.summary,
             aggregator=tff.federated_zip(measurements),
         )

@@ -78,7 +78,7 @@ def _catch_up(synced, *, round_num, ring, replaces=False):
 
 def test_catch_up_adds_every_missed_round_or_resyncs():
   # Round 3, H = 2: slots hold rounds 2 (slot 0) and 1 (slot 1).
-  copies, sent, resynced = _catch_up(
+  copies, sent, resynced, messages = _catch_up(
       [0, 1, 2, 3], round_num=3, ring=_ring([2, 1])
   )
 
@@ -90,14 +90,16 @@ def test_catch_up_adds_every_missed_round_or_resyncs():
       sent, [4 * _NUM_ITEMS * _DIM, 2 * 20, 1 * 30, 0]
   )
   np.testing.assert_array_equal(resynced, [True, False, False, False])
+  np.testing.assert_array_equal(messages, [0, 2, 1, 0])
 
 
 def test_catch_up_replacing_takes_the_latest_message_only():
-  copies, sent, resynced = _catch_up(
+  copies, sent, resynced, messages = _catch_up(
       [0, 2, 3], round_num=3, ring=_ring([2]), replaces=True
   )
   np.testing.assert_array_equal(copies[:, 0, 0], [3.0, 3.0, 0.0])
   np.testing.assert_array_equal(sent, [10, 20, 0])
+  np.testing.assert_array_equal(messages, [1, 1, 0])
   assert not np.any(resynced)
 
 
@@ -180,8 +182,8 @@ def test_type_signature():
       'bandwidth',
   ]
   assert _names(metrics.member) == [
-      'train_loss', 'num_examples', 'download_bytes', 'resyncs', 'downlink',
-      'aggregator',
+      'train_loss', 'num_examples', 'download_bytes', 'resyncs', 'messages',
+      'downlink', 'aggregator',
   ]
   assert str(metrics.member.aggregator.item) == (
       '<uploaded_bytes=int64,uploaded_users=int32,compressed_users=int32>'
@@ -240,6 +242,7 @@ def test_the_item_aggregator_is_what_moves_the_table():
   assert metrics['aggregator']['item']['uploaded_users'] == 3
   assert metrics['aggregator']['item']['compressed_users'] == 2
   assert metrics['download_bytes'] == 0 and metrics['resyncs'] == 0
+  assert metrics['messages'] == 0  # Round 0: nothing to catch up on.
 
 
 def test_the_model_aggregator_moves_theta():

@@ -271,17 +271,26 @@ class SvdDownlink(_FixedParameterDownlink):
 
 
 class ColrDownlink(_FixedParameterDownlink):
-  """CoLR's downlink: A [N, r] of the table on the round's factor B.
+  """CoLR's downlink: A [N, r] of the table on the round's factor B_r.
 
-  `encode(table, state, seed)` fits A on B = `colr_projection(seed, r, d)`,
-  the round's shared factor: when the table is the aggregate of the
-  clients' A_u B uploads of that round, it is A B exactly (each row a
-  combination of B's rows), so the downlink adds no error, as Table 3
-  notes for CoLR. The seed travels with the message, uncounted: server and
+  B_r is the first r rows of the round's shared factor
+  `colr_projection(seed, d, d)`, the factor the clients' uploads use
+  (`row_codecs.Colr`): a user of upload rank r_u fits its rows onto the
+  first r_u rows. `encode(table, state, seed)` fits A on B_r by least
+  squares. When every upload has rank r_u <= r, the aggregate of the
+  A_u B_{r_u} is a combination of B_r's rows and the downlink adds no
+  error, as Table 3 notes for CoLR; the components of uploads of higher
+  rank (a user whose byte budget buys more, `row_codecs.upload_budget`) are
+  what it loses. The seed travels with the message, uncounted: server and
   clients agree on it, they do not send it.
   """
 
   scheme = 'colr'
+
+  def _projection(self, seed):
+    return gradient_compression.colr_projection(
+        seed, self._dim, self._dim
+    )[: self._parameter]
 
   def zero_message(self):
     return collections.OrderedDict(
@@ -291,12 +300,12 @@ class ColrDownlink(_FixedParameterDownlink):
 
   def encode(self, table, state, seed):
     seed = tf.convert_to_tensor(seed, tf.int64)
-    projection = gradient_compression.colr_projection(
-        seed, self._parameter, self._dim
-    )
     return (
         collections.OrderedDict(
-            a=gradient_compression.colr_encode(table, projection), seed=seed
+            a=gradient_compression.colr_encode(
+                table, self._projection(seed)
+            ),
+            seed=seed,
         ),
         state,
         collections.OrderedDict(),
@@ -304,9 +313,6 @@ class ColrDownlink(_FixedParameterDownlink):
 
   def decode(self, message, bandwidth):
     rows = gradient_compression.colr_decode(
-        message['a'],
-        gradient_compression.colr_projection(
-            message['seed'], self._parameter, self._dim
-        ),
+        message['a'], self._projection(message['seed'])
     )
     return _per_client(rows, bandwidth, self._bytes)

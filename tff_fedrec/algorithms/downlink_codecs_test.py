@@ -157,8 +157,11 @@ def test_baseline_downlinks_decode_their_encoders_output():
 
 
 def test_colr_downlink_is_exact_on_an_aggregate_of_its_round():
-  # The mean of clients' A_u B is (mean A) B: the download loses nothing.
-  projection = gradient_compression.colr_projection(_SEED, 2, _DIM).numpy()
+  # The mean of clients' A_u B_r is (mean A) B_r: the download loses
+  # nothing. B_r: the first r rows of the round's factor, as uploads use.
+  projection = gradient_compression.colr_projection(
+      _SEED, _DIM, _DIM
+  ).numpy()[:2]
   a = np.random.default_rng(3).normal(size=[_NUM_ITEMS, 2]).astype(np.float32)
   codec = downlink_codecs.ColrDownlink(_NUM_ITEMS, _DIM, 2)
 
@@ -167,3 +170,21 @@ def test_colr_downlink_is_exact_on_an_aggregate_of_its_round():
 
   np.testing.assert_allclose(rows[0], a @ projection, atol=1e-5)
   assert int(sent[0]) == 4 * _NUM_ITEMS * 2
+
+
+def test_colr_downlink_loses_the_components_of_higher_upload_ranks():
+  # An upload of rank 3 has a component along B's third row, which a rank-2
+  # downlink cannot carry.
+  factor = gradient_compression.colr_projection(_SEED, _DIM, _DIM).numpy()
+  a = np.random.default_rng(4).normal(size=[_NUM_ITEMS, 3]).astype(np.float32)
+  codec = downlink_codecs.ColrDownlink(_NUM_ITEMS, _DIM, 2)
+
+  message, _, _ = codec.encode(a @ factor[:3], codec.initial_state(), _SEED)
+  rows, _ = codec.decode(message, np.array([1], np.int32))
+
+  error = np.abs(rows[0] - a @ factor[:3]).max()
+  assert error > 1e-2
+  # What arrives is the least-squares fit on B_2's row space.
+  fit = np.linalg.lstsq(factor[:2].T, (a @ factor[:3]).T, rcond=None)[0].T
+  np.testing.assert_allclose(rows[0], fit @ factor[:2], atol=1e-4)
+

@@ -39,7 +39,12 @@ a download all N rows; theta (NCF's MLP) is sent whole each way.
 round's download bytes and what the uncompressed exchange would have moved
 (`dense_upload_bytes`, `dense_download_bytes`: the [N, d] item matrix per
 client each way, as Sec. 5.1 counts the rate, and theta), from which the
-program reports the measured compression rate.
+program reports the measured compression rate. A client that missed rounds
+catches up on several messages, so the download's rate is also given per
+message (`message_download_bytes`: the item messages applied, without full
+resyncs or theta; `dense_message_download_bytes`: the [N, d] matrix per
+message applied), the rate of Algorithm 1, where each client gets one
+message a round.
 
 Interpretations of the paper:
   - e_u and C_e come from `pick_parameter('fedras', N, d, CR)`, which counts
@@ -107,7 +112,8 @@ DEFAULT_ALPHA = 0.2  # Sec. 5.1.
 CompressedRoundResult = collections.namedtuple(
     'CompressedRoundResult',
     [*method.RoundResult._fields, 'download_bytes', 'dense_upload_bytes',
-     'dense_download_bytes'],
+     'dense_download_bytes', 'message_download_bytes',
+     'dense_message_download_bytes'],
 )
 
 
@@ -261,6 +267,9 @@ class CompressedMethod(method.FederatedMethod):
         self.spec, self.initial_parameters, self.spec.embedding_dim,
         len(users),
     )
+    table_bytes = gradient_compression.dense_bytes(
+        self.spec.num_items, self.spec.embedding_dim
+    )
     return CompressedRoundResult(
         server_state=server_state,
         train_loss=float(metrics['train_loss']),
@@ -268,6 +277,9 @@ class CompressedMethod(method.FederatedMethod):
         download_bytes=self.download_bytes(metrics, len(users)),
         dense_upload_bytes=dense_upload,
         dense_download_bytes=dense_download,
+        message_download_bytes=int(metrics['download_bytes'])
+        - int(metrics['resyncs']) * table_bytes,
+        dense_message_download_bytes=int(metrics['messages']) * table_bytes,
     )
 
 
@@ -509,9 +521,17 @@ class SmallDimMethod(method.FederatedMethod):
         self.spec, self.initial_parameters, self.full_embedding_dim,
         len(users),
     )
+    # One message a round: the [N, d'] table, against the [N, d] one.
     return CompressedRoundResult(
         *result, download_bytes=self.download_bytes(None, len(users)),
         dense_upload_bytes=dense_upload, dense_download_bytes=dense_download,
+        message_download_bytes=len(users) * gradient_compression.dense_bytes(
+            self.spec.num_items, self.spec.embedding_dim
+        ),
+        dense_message_download_bytes=len(users)
+        * gradient_compression.dense_bytes(
+            self.spec.num_items, self.full_embedding_dim
+        ),
     )
 
 

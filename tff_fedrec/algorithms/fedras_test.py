@@ -199,6 +199,8 @@ class _Reference:
       if start < round_num:
         rows, sent = self.messages[round_num - 1](bandwidth)
         self.copy[user] = rows
+        self.message_bytes += sent
+        self.messages_applied += 1
         return sent
       return 0
     if round_num - start > self.history:
@@ -209,6 +211,8 @@ class _Reference:
       rows, message_bytes = self.messages[r](bandwidth)
       self.copy[user] = self.copy[user] + rows
       sent += message_bytes
+      self.message_bytes += message_bytes
+      self.messages_applied += 1
     return sent
 
   def round(self, round_num, users, data, bandwidths):
@@ -216,6 +220,7 @@ class _Reference:
     update_sum = np.zeros_like(self.table)
     participants = np.zeros([self.table.shape[0]])
     theta_deltas, loss_sum, count, uploaded, downloaded = [], 0.0, 0, 0, 0
+    self.message_bytes, self.messages_applied = 0, 0
     for user, user_data, bandwidth in zip(users, data, bandwidths):
       downloaded += self._catch_up(user, round_num, bandwidth)
       copy = self.copy[user]
@@ -332,6 +337,12 @@ def _run_and_compare(method, reference, schedule=_SCHEDULE, bandwidth=None):
     np.testing.assert_allclose(result.train_loss, loss, rtol=1e-5)
     assert result.upload_bytes == uploaded + len(users) * theta_bytes
     assert result.download_bytes == downloaded + len(users) * theta_bytes
+    # Per message: the messages applied, without resyncs or theta.
+    assert result.message_download_bytes == reference.message_bytes
+    assert result.dense_message_download_bytes == (
+        reference.messages_applied
+        * gradient_compression.dense_bytes(*reference.table.shape)
+    )
     assert int(state['round_num']) == round_num + 1
   return state, store
 
@@ -540,6 +551,11 @@ def test_base_small_dim_counts_dense_rows_of_width_d_prime():
     # Each user's trained rows up, the whole [N, 2] table down.
     assert result.upload_bytes == rows * 4 * 2
     assert result.download_bytes == len(users) * 4 * _NUM_ITEMS * 2
+    # One message each: the [N, 2] table against the [N, d] one.
+    assert result.message_download_bytes == result.download_bytes
+    assert result.dense_message_download_bytes == (
+        len(users) * 4 * _NUM_ITEMS * _DIM
+    )
     assert np.isfinite(result.train_loss)
   assert state['global_parameters']['item_embedding'].shape == (_NUM_ITEMS, 2)
 
