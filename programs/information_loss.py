@@ -109,8 +109,12 @@ def _train_group(spec, table, user_table, users, data, training):
 def measure(data, *, rounds, rate, alpha, client_fraction, dim,
             learning_rate, item_learning_rate, users_per_group, seed,
             log=print) -> dict:
-  """{strategy: {'client': LossPair, 'server': LossPair}} averaged over
-  `rounds` rounds of uncompressed FedMF on leave-one-out `data`."""
+  """{strategy: {'client_mse', 'client_relative', 'server_mse',
+  'server_relative', 'client_seconds', 'server_seconds'}}: the losses
+  averaged over `rounds` rounds of uncompressed FedMF on leave-one-out
+  `data`, and the seconds per round (after round 0, which traces) of every
+  client's encode and decode and of the server's encode and one client's
+  decode."""
   num_items = data.num_items
   spec = models.RecommenderSpec('matrix_factorization', num_items, dim)
   params = models.initial_parameters(spec, seed)
@@ -131,6 +135,9 @@ def measure(data, *, rounds, rate, alpha, client_fraction, dim,
       name: tf.function(information_loss.decoded_uploads,
                         reduce_retracing=True)
       for name in codecs
+  }
+  server_steps = {
+      name: tf.function(information_loss.server_loss) for name in codecs
   }
   totals = {name: collections.defaultdict(float) for name in STRATEGIES}
   for round_num in range(rounds):
@@ -153,12 +160,15 @@ def measure(data, *, rounds, rate, alpha, client_fraction, dim,
       shared = compressed_exchange.round_seed(seed, round_num)
       sent = {('raw', kind): value for kind, value in rows.items()}
       for name, (upload, _, groups) in codecs.items():
+        clock = time.perf_counter()
         sent[name] = decoders[name](
             upload, rows['embedding' if name == 'CE' else 'delta'],
             group['num_rows'],
             bandwidth=np.full(len(positions), groups, np.int32),
             seeds=seeds, shared_seed=shared,
         )
+        if round_num:  # Round 0 traces.
+          totals[name]['client_seconds'] += time.perf_counter() - clock
       for key, value in sent.items():
         update_sum, participants = gradient_compression.scatter_rows(
             value, group['num_rows'], group['row_ids'], num_items
@@ -181,10 +191,13 @@ def measure(data, *, rounds, rate, alpha, client_fraction, dim,
         payload = tf.where(trained, reference, table)
       else:
         payload = reference
-      server, encoder_states[name] = information_loss.server_loss(
+      clock = time.perf_counter()
+      server, encoder_states[name] = server_steps[name](
           downlink, payload, encoder_states[name],
           compressed_exchange.round_seed(seed, round_num), groups,
       )
+      if round_num:
+        totals[name]['server_seconds'] += time.perf_counter() - clock
       for side, loss in (('client', client), ('server', server)):
         for field in loss._fields:
           totals[name][f'{side}_{field}'] += float(getattr(loss, field))
@@ -192,8 +205,12 @@ def measure(data, *, rounds, rate, alpha, client_fraction, dim,
         reference_update = reference
     table.assign_add(reference_update)
     log(f'round {round_num + 1}/{rounds}: {time.time() - started:.1f}s')
+  timed_rounds = max(rounds - 1, 1)
   return {
-      name: {key: value / rounds for key, value in total.items()}
+      name: {
+          key: value / (timed_rounds if key.endswith('seconds') else rounds)
+          for key, value in total.items()
+      }
       for name, total in totals.items()
   }
 
@@ -221,12 +238,16 @@ def main(argv):
         f'{_ROUNDS.value} rounds (MSE over the rows sent; relative = '
         '||error||^2 / ||Q||^2)')
   print(f'{"strategy":<8} {"client MSE":>11} {"server MSE":>11} '
-        f'{"total MSE":>11} {"client rel":>11} {"server rel":>11}')
+        f'{"total MSE":>11} {"client rel":>11} {"server rel":>11} '
+        f'{"clients s":>10} {"server s":>9}')
   for name in STRATEGIES:
     r = result[name]
     print(f'{name:<8} {r["client_mse"]:>11.3e} {r["server_mse"]:>11.3e} '
           f'{r["client_mse"] + r["server_mse"]:>11.3e} '
-          f'{r["client_relative"]:>11.3e} {r["server_relative"]:>11.3e}')
+          f'{r["client_relative"]:>11.3e} {r["server_relative"]:>11.3e} '
+          f'{r["client_seconds"]:>10.3f} {r["server_seconds"]:>9.3f}')
+  print('clients s: every client\'s encode and decode of the round, summed; '
+        'server s: the server\'s encode and one client\'s decode.')
 
 
 if __name__ == '__main__':
