@@ -1,0 +1,190 @@
+"""FedRAS Table 3: the information loss of each compression strategy.
+
+`measure` trains FedMF without compression (10% of the users per round,
+SGD) and, every round, passes the same client updates and the same server
+aggregate through each strategy's codecs, measuring the client-side and
+server-side loss of `tff_fedrec.information_loss`:
+
+  FedRAS  clustered actions up (participation mean, Sec. 4.4) and
+          cluster-and-split down (Sec. 4.3);
+  CE      the same codecs on the trained embeddings and on the table
+          (FedRAS-E);
+  Top-K, SVD, CoLR  the baselines' upload codecs (FedAvg) and downlinks.
+
+Every strategy sees the same gradients, so the figures compare the codecs
+and not five training trajectories. The binary is `information_loss`.
+"""
+
+import collections
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from tff_fedrec import gradient_compression
+from tff_fedrec import information_loss
+from tff_fedrec import local_training
+from tff_fedrec import models
+from tff_fedrec.aggregators import row_codecs
+from tff_fedrec.algorithms import compressed_exchange
+from tff_fedrec.algorithms import downlink_codecs
+from tff_fedrec.algorithms import fedras
+from tff_fedrec.algorithms import user_groups
+from tff_fedrec.programs import training_loop
+
+STRATEGIES = ('CE', 'SVD', 'CoLR', 'Top-K', 'FedRAS')
+_UPLOAD_NORMALIZATION = {
+    'CE': 'participation', 'FedRAS': 'participation',
+    'SVD': 'clients', 'CoLR': 'clients', 'Top-K': 'clients',
+}
+
+
+def strategy_codecs(num_items: int, dim: int, rate: float, alpha: float):
+  """{strategy: (upload codec, downlink codec, e_u)} at compression `rate`:
+  the codecs the methods of `algorithms.fedras` use."""
+  bandwidths = fedras.ClientBandwidths(num_items, dim, rate)
+  groups = bandwidths.expected_groups
+
+  def clustered():
+    return (
+        row_codecs.ClusteredActions(),
+        downlink_codecs.ClusteredActionsDownlink(
+            num_items, dim, expected_groups=groups, alpha=alpha
+        ),
+    )
+
+  codecs = {'CE': clustered(), 'FedRAS': clustered()}
+  for name, scheme in (('SVD', 'svd'), ('CoLR', 'colr'), ('Top-K', 'top_k')):
+    codecs[name] = fedras.baseline_codecs(scheme, num_items, dim, rate)
+  return {name: (*pair, groups) for name, pair in codecs.items()}
+
+
+def _train_group(spec, table, user_table, users, data, training):
+  start = tf.gather(table, data['row_ids'])
+  params = collections.OrderedDict(
+      item_embedding=start, user_embedding=tf.gather(user_table, users)
+  )
+  result = local_training.train_users_locally(
+      spec, models.merge_parameters(spec, params, {}),
+      data['items'], data['labels'], data['num_examples'],
+      batch_size=fedras.PAPER_TRAINING.batch_size,
+      local_epochs=fedras.PAPER_TRAINING.local_epochs,
+      learning_rate=training['learning_rate'],
+      item_learning_rate=training['item_learning_rate'],
+      alternating=False,
+      shuffle_seeds=data['seeds'],
+  )
+  return start, result.parameters
+
+
+def measure(data, *, rounds, rate, alpha, client_fraction, dim,
+            learning_rate, item_learning_rate, users_per_group, seed,
+            log=print) -> dict:
+  """{strategy: {'client_mse', 'client_relative', 'server_mse',
+  'server_relative', 'client_seconds', 'server_seconds'}}: the losses
+  averaged over `rounds` rounds of uncompressed FedMF on leave-one-out
+  `data`, and the seconds per round (after round 0, which traces) of every
+  client's encode and decode and of the server's encode and one client's
+  decode."""
+  num_items = data.num_items
+  spec = models.RecommenderSpec('matrix_factorization', num_items, dim)
+  params = models.initial_parameters(spec, seed)
+  table = tf.Variable(params['item_embedding'])
+  user_table = np.tile(params['user_embedding'], [data.num_users, 1])
+  codecs = strategy_codecs(num_items, dim, rate, alpha)
+  encoder_states = {name: c[1].initial_state() for name, c in codecs.items()}
+  training = dict(learning_rate=learning_rate,
+                  item_learning_rate=item_learning_rate)
+  config = training_loop.LoopConfig(
+      rounds=rounds, seed=seed,
+      clients_per_round=max(1, int(data.num_users * client_fraction)),
+  )
+  train = tf.function(_train_group, reduce_retracing=True)
+  # One function per strategy: a codec is a Python object, so sharing one
+  # would retrace for each.
+  decoders = {
+      name: tf.function(information_loss.decoded_uploads,
+                        reduce_retracing=True)
+      for name in codecs
+  }
+  server_steps = {
+      name: tf.function(information_loss.server_loss) for name in codecs
+  }
+  totals = {name: collections.defaultdict(float) for name in STRATEGIES}
+  for round_num in range(rounds):
+    started = time.time()
+    users, client_data, _ = training_loop.sample_round(data, config, round_num)
+    sums = {}  # strategy or ('raw', kind) -> (update_sum, participants)
+    for positions in user_groups.group_positions(
+        [len(d['items']) for d in client_data], users_per_group
+    ):
+      group = user_groups.group_client_data(
+          [client_data[p] for p in positions]
+      )
+      start, trained = train(
+          spec, table, user_table, users[positions], group, training
+      )
+      user_table[users[positions]] = trained['user_embedding'].numpy()
+      rows = {'delta': trained['item_embedding'] - start,
+              'embedding': trained['item_embedding']}
+      seeds = compressed_exchange.kmeans_seeds(group['seeds'])
+      shared = compressed_exchange.round_seed(seed, round_num)
+      sent = {('raw', kind): value for kind, value in rows.items()}
+      for name, (upload, _, groups) in codecs.items():
+        clock = time.perf_counter()
+        sent[name] = decoders[name](
+            upload, rows['embedding' if name == 'CE' else 'delta'],
+            group['num_rows'],
+            bandwidth=np.full(len(positions), groups, np.int32),
+            seeds=seeds, shared_seed=shared,
+        )
+        if round_num:  # Round 0 traces.
+          totals[name]['client_seconds'] += time.perf_counter() - clock
+      for key, value in sent.items():
+        update_sum, participants = gradient_compression.scatter_rows(
+            value, group['num_rows'], group['row_ids'], num_items
+        )
+        previous = sums.get(key, (0.0, 0.0))
+        sums[key] = (previous[0] + update_sum, previous[1] + participants)
+    reference_update = None
+    for name, (_, downlink, groups) in codecs.items():
+      kind = 'embedding' if name == 'CE' else 'delta'
+      normalization = _UPLOAD_NORMALIZATION[name]
+      reference = information_loss.normalize(
+          *sums[('raw', kind)], len(users), normalization
+      )
+      compressed = information_loss.normalize(
+          *sums[name], len(users), normalization
+      )
+      client = information_loss.compression_loss(compressed, reference)
+      if kind == 'embedding':
+        trained = sums[('raw', kind)][1][:, tf.newaxis] > 0
+        payload = tf.where(trained, reference, table)
+      else:
+        payload = reference
+      clock = time.perf_counter()
+      server, encoder_states[name] = server_steps[name](
+          downlink, payload, encoder_states[name],
+          compressed_exchange.round_seed(seed, round_num), groups,
+      )
+      if round_num:
+        totals[name]['server_seconds'] += time.perf_counter() - clock
+      for side, loss in (('client', client), ('server', server)):
+        for field in loss._fields:
+          totals[name][f'{side}_{field}'] += float(getattr(loss, field))
+      if name == 'FedRAS':
+        reference_update = reference
+    table.assign_add(reference_update)
+    log(f'round {round_num + 1}/{rounds}: {time.time() - started:.1f}s')
+  results = {}
+  for name, total in totals.items():
+    results[name] = {
+        key: value / rounds for key, value in total.items()
+        if not key.endswith('seconds')
+    }
+    for key in ('client_seconds', 'server_seconds'):
+      # Round 0 traces, so one round gives no time.
+      results[name][key] = (
+          total[key] / (rounds - 1) if rounds > 1 else float('nan')
+      )
+  return results
