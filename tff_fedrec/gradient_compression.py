@@ -211,15 +211,18 @@ def svd_encode(rows: tf.Tensor, rank) -> LowRankMessage:
   product is the best rank-r approximation in Frobenius norm
   (Eckart-Young), and rows itself when r >= rank(rows).
 
+  Batched too: rows [..., n, d] give left [..., n, r], right [..., r, d],
+  each leading index its own SVD.
+
   Args:
-    rows: float32 [n, d].
+    rows: float32 [..., n, d].
     rank: 1 <= r <= min(n, d), an int or int32 scalar tensor.
   """
   rows = tf.convert_to_tensor(rows, tf.float32)
   singular_values, left, right = tf.linalg.svd(rows, full_matrices=False)
   return LowRankMessage(
-      left[:, :rank] * singular_values[tf.newaxis, :rank],
-      tf.transpose(right[:, :rank]),
+      left[..., :rank] * singular_values[..., tf.newaxis, :rank],
+      tf.linalg.matrix_transpose(right[..., :rank]),
   )
 
 
@@ -246,6 +249,20 @@ def colr_projection(seed: tf.Tensor, rank, dim) -> tf.Tensor:
       seed,
       stddev=tf.math.rsqrt(tf.cast(rank, tf.float32)),
   )
+
+
+def colr_round_factor(seed: tf.Tensor, dim) -> tf.Tensor:
+  """The round's CoLR factor [d, d]: a rank-r message (an upload of rank
+  r_u, the downlink's rank r) uses its first r rows, so every message of a
+  round lies in the row spaces of one factor. `colr_projection` with
+  rank d; its first r rows have entries N(0, 1 / d), a scale that least
+  squares (`colr_encode`) does not see.
+
+  Args:
+    seed: int [2], the round's shared seed.
+    dim: the embedding width d.
+  """
+  return colr_projection(seed, dim, dim)
 
 
 def colr_encode(rows: tf.Tensor, projection: tf.Tensor) -> tf.Tensor:

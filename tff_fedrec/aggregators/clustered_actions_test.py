@@ -153,7 +153,9 @@ def test_clients_normalization_is_fedavg_over_all_users():
 
 
 def test_a_baseline_codec_is_aggregated_and_counted_the_same_way():
-  process = _process(codec=row_codecs.TopK(1))
+  # User 0's budget (bandwidth 3, T_u = 3, d = 2): its FedRAS message,
+  # 4 * 3 * 2 + 3 * 1 = 27 bytes, buys k = floor(27 / (3 * 5)) = 1.
+  process = _process(codec=row_codecs.TopK())
 
   output = process.next(process.initialize(), [_group([_USER_0])])
 

@@ -310,20 +310,6 @@ def test_top_k_keeps_each_rows_largest_entries_at_each_users_k():
   )
 
 
-def test_top_k_max_parameter_caps_every_users_k():
-  rows, num_rows = _group()
-  codec = row_codecs.TopK(1)
-
-  message = codec.encode(
-      rows, num_rows, np.array([3, 2, 9], np.int32), None, _SHARED_SEED
-  )
-
-  np.testing.assert_array_equal(message['parameter'], [1, 1, 1])
-  assert message['values'].shape == (3, 5, 1)
-  with pytest.raises(ValueError, match='positive'):
-    row_codecs.Svd(0)
-
-
 def test_svd_is_each_users_truncated_svd_at_its_rank():
   rows, num_rows = _group()
   # B_u = 60 + 5, 24 + 2, 48 + 4 bytes; 4 (T_u + 3) per rank: r_u = 65 //

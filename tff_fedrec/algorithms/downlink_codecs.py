@@ -274,7 +274,7 @@ class ColrDownlink(_FixedParameterDownlink):
   """CoLR's downlink: A [N, r] of the table on the round's factor B_r.
 
   B_r is the first r rows of the round's shared factor
-  `colr_projection(seed, d, d)`, the factor the clients' uploads use
+  `colr_round_factor(seed, d)`, the factor the clients' uploads use
   (`row_codecs.Colr`): a user of upload rank r_u fits its rows onto the
   first r_u rows. `encode(table, state, seed)` fits A on B_r by least
   squares. When every upload has rank r_u <= r, the aggregate of the
@@ -288,9 +288,9 @@ class ColrDownlink(_FixedParameterDownlink):
   scheme = 'colr'
 
   def _projection(self, seed):
-    return gradient_compression.colr_projection(
-        seed, self._dim, self._dim
-    )[: self._parameter]
+    return gradient_compression.colr_round_factor(seed, self._dim)[
+        : self._parameter
+    ]
 
   def zero_message(self):
     return collections.OrderedDict(
