@@ -11,7 +11,8 @@ of all item embeddings"). Round t:
     1. catch up (`catch_up`): apply the server's messages of the rounds
        since its last one to Q_u (line 24), each decoded at u's bandwidth
        e_u; a client away more than H rounds (`catch_up_rounds`, how long
-       the server keeps messages) downloads the server's table in full;
+       the server keeps messages), or whose missed messages would cost
+       more bytes than the table, downloads the server's table in full;
     2. train p_u, the rows of Q_u of its items and the scoring model theta
        by SGD for tau local epochs (lines 28-31;
        `local_training.train_users_locally` on a compact table of the
@@ -136,7 +137,9 @@ def catch_up(codec, *, replaces: bool, history: int, copy, synced, round_num,
 
   Additive messages (`replaces=False`): a user synced at s < t adds the
   decoded messages of rounds s .. t-1 to its copy, each at its bandwidth;
-  one away more than `history` rounds gets `table` instead (dense bytes).
+  one away more than `history` rounds, or whose messages would together
+  cost more than the dense table (`codec.message_bytes`), gets `table`
+  instead (dense bytes): a resync is exact and never costs more.
   Replacing messages (FedRAS-E): a user with s < t takes the decoded
   message of round t-1 as its copy.
 
@@ -157,32 +160,49 @@ def catch_up(codec, *, replaces: bool, history: int, copy, synced, round_num,
     messages int32 [U]: how many messages each user applied).
   """
   num_items, dim = table.shape
-  if replaces:
-    resync = tf.zeros_like(synced, tf.bool)
-    first = tf.maximum(round_num - 1, tf.reduce_min(synced))
-  else:
-    resync = round_num - synced > history
-    copy = tf.where(resync[:, tf.newaxis, tf.newaxis], table, copy)
-    first = tf.maximum(
-        round_num - history,
-        tf.reduce_min(tf.where(resync, round_num, synced)),
-    )
-  sent = tf.where(
-      resync,
-      tf.constant(gradient_compression.dense_bytes(num_items, dim), tf.int64),
-      tf.constant(0, tf.int64),
+  dense = tf.constant(
+      gradient_compression.dense_bytes(num_items, dim), tf.int64
   )
 
-  def apply_round(r, copy, sent, messages):
+  def message_of(r):
     slot = r % history
     check = tf.debugging.assert_equal(
         downlink['rounds'][slot], r, message='Downlink message missing'
     )
     with tf.control_dependencies([check]):
-      message = tf.nest.map_structure(
+      return tf.nest.map_structure(
           lambda ring: ring[slot], downlink['messages']
       )
-    rows, message_bytes = codec.decode(message, bandwidth)
+
+  if replaces:
+    resync = tf.zeros_like(synced, tf.bool)
+    first = tf.maximum(round_num - 1, tf.reduce_min(synced))
+  else:
+    away = round_num - synced > history
+    first = tf.maximum(
+        round_num - history,
+        tf.reduce_min(tf.where(away, round_num, synced)),
+    )
+
+    def add_cost(r, cost):
+      message_bytes = codec.message_bytes(message_of(r), bandwidth)
+      return r + 1, cost + tf.where(
+          synced <= r, message_bytes, tf.zeros_like(message_bytes)
+      )
+
+    _, cost = tf.while_loop(
+        lambda r, _: r < round_num, add_cost,
+        (first, tf.zeros_like(synced, tf.int64)),
+    )
+    resync = tf.logical_or(away, cost > dense)
+    copy = tf.where(resync[:, tf.newaxis, tf.newaxis], table, copy)
+    first = tf.maximum(
+        first, tf.reduce_min(tf.where(resync, round_num, synced))
+    )
+  sent = tf.where(resync, dense, tf.constant(0, tf.int64))
+
+  def apply_round(r, copy, sent, messages):
+    rows, message_bytes = codec.decode(message_of(r), bandwidth)
     applies = tf.logical_and(synced <= r, tf.logical_not(resync))
     updated = rows if replaces else copy + rows
     copy = tf.where(applies[:, tf.newaxis, tf.newaxis], updated, copy)

@@ -46,7 +46,11 @@ class _RoundValueCodec:
 
   def decode(self, message, bandwidth):
     rows = tf.tile(message['value'][tf.newaxis], [tf.size(bandwidth), 1, 1])
-    return rows, tf.cast(bandwidth, tf.int64) * 10
+    return rows, self.message_bytes(message, bandwidth)
+
+  def message_bytes(self, message, bandwidth):
+    del message
+    return tf.cast(bandwidth, tf.int64) * 10
 
 
 def _ring(rounds):
@@ -91,6 +95,22 @@ def test_catch_up_adds_every_missed_round_or_resyncs():
   )
   np.testing.assert_array_equal(resynced, [True, False, False, False])
   np.testing.assert_array_equal(messages, [0, 2, 1, 0])
+
+
+def test_catch_up_resyncs_when_the_messages_cost_more_than_the_table():
+  # The dense table costs 4 N d = 48 bytes. Bandwidths 1, 2, 3, 4: user 0
+  # (10 bytes a message) and user 1 (20) catch up two rounds, 20 and 40
+  # bytes; user 2 would pay 2 x 30 = 60 > 48, user 3 2 x 40 = 80 > 48.
+  copies, sent, resynced, messages = _catch_up(
+      [1, 1, 1, 2], round_num=3, ring=_ring([2, 1])
+  )
+
+  dense = 4 * _NUM_ITEMS * _DIM
+  assert dense == 48
+  np.testing.assert_array_equal(copies[:, 0, 0], [5.0, 5.0, 100.0, 3.0])
+  np.testing.assert_array_equal(sent, [20, 40, dense, 40])
+  np.testing.assert_array_equal(resynced, [False, False, True, False])
+  np.testing.assert_array_equal(messages, [2, 2, 0, 1])
 
 
 def test_catch_up_replacing_takes_the_latest_message_only():

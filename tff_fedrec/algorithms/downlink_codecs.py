@@ -17,7 +17,9 @@ A codec here has
                              what each of U clients of bandwidth e_u
                              (int32 [U], in rows) reconstructs, and the
                              bytes of the message it receives under
-                             `gradient_compression.encoded_bytes` with n = N.
+                             `gradient_compression.encoded_bytes` with n = N;
+  message_bytes(message, bandwidth) -> bytes int64 [U]: those bytes alone,
+                             without decoding (what a catch-up would cost).
 
   ClusteredActionsDownlink  FedRAS, Sec. 4.3: adaptive cluster-and-split.
   TopKDownlink, SvdDownlink, ColrDownlink: the baselines of Sec. 5.1.
@@ -194,7 +196,11 @@ class ClusteredActionsDownlink:
             [self._num_items, self._dim], tf.float32
         ),
     )
-    return rows, row_codecs.encoded_bytes(
+    return rows, self.message_bytes(message, bandwidth)
+
+  def message_bytes(self, message, bandwidth):
+    count = tf.minimum(tf.cast(bandwidth, tf.int32), message['group_count'])
+    return row_codecs.encoded_bytes(
         'fedras', self._num_items, self._dim, count
     )
 
@@ -213,6 +219,12 @@ class _FixedParameterDownlink:
 
   def initial_state(self):
     return collections.OrderedDict()
+
+  def message_bytes(self, message, bandwidth):
+    del message
+    return tf.fill(
+        [tf.shape(bandwidth)[0]], tf.constant(self._bytes, tf.int64)
+    )
 
 
 class TopKDownlink(_FixedParameterDownlink):

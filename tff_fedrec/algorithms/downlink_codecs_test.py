@@ -57,6 +57,7 @@ def test_each_bandwidth_decodes_the_matrix_actions_at_gives():
     )
   # By hand: e = 5 gets 5 actions of 4 floats and 40 one-byte indices.
   assert int(sent[1]) == 4 * 5 * 4 + 40
+  np.testing.assert_array_equal(codec.message_bytes(message, bandwidth), sent)
   # Untrained items stay untouched; fewer groups mean a coarser matrix.
   np.testing.assert_array_equal(rows[:, [3, 17]], 0.0)
   assert len(np.unique(rows[0], axis=0)) == 4 + 1
@@ -153,6 +154,7 @@ def test_baseline_downlinks_decode_their_encoders_output():
         sent, [gradient_compression.encoded_bytes(scheme, _NUM_ITEMS, _DIM, 2)]
         * 2,
     )
+    np.testing.assert_array_equal(codec.message_bytes(message, bandwidth), sent)
     assert not state and not summary
 
 

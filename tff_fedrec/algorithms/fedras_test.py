@@ -203,16 +203,21 @@ class _Reference:
         self.messages_applied += 1
         return sent
       return 0
+    dense = gradient_compression.dense_bytes(*self.table.shape)
     if round_num - start > self.history:
       self.copy[user] = self.table.copy()
-      return gradient_compression.dense_bytes(*self.table.shape)
-    sent = 0
-    for r in range(start, round_num):
-      rows, message_bytes = self.messages[r](bandwidth)
+      self.resynced.append(user)
+      return dense
+    missed = [self.messages[r](bandwidth) for r in range(start, round_num)]
+    sent = sum(message_bytes for _, message_bytes in missed)
+    if sent > dense:
+      self.copy[user] = self.table.copy()
+      self.resynced.append(user)
+      return dense
+    for rows, _ in missed:
       self.copy[user] = self.copy[user] + rows
-      sent += message_bytes
-      self.message_bytes += message_bytes
-      self.messages_applied += 1
+    self.message_bytes += sent
+    self.messages_applied += len(missed)
     return sent
 
   def round(self, round_num, users, data, bandwidths):
@@ -221,6 +226,7 @@ class _Reference:
     participants = np.zeros([self.table.shape[0]])
     theta_deltas, loss_sum, count, uploaded, downloaded = [], 0.0, 0, 0, 0
     self.message_bytes, self.messages_applied = 0, 0
+    self.resynced = []
     for user, user_data, bandwidth in zip(users, data, bandwidths):
       downloaded += self._catch_up(user, round_num, bandwidth)
       copy = self.copy[user]
@@ -474,6 +480,27 @@ def test_clients_away_longer_than_the_kept_rounds_download_the_table():
   assert not np.allclose(copies[0]['item_copy'], table)
   np.testing.assert_array_equal(copies[0]['item_copy'], copies[2]['item_copy'])
   assert not np.allclose(copies[1]['item_copy'], copies[0]['item_copy'])
+
+
+def test_clients_whose_missed_messages_cost_more_download_the_table():
+  method = fedras.build_fedras(
+      num_items=_NUM_ITEMS, embedding_dim=_DIM, training=_TRAINING,
+      compression_rate=_RATE,
+  )
+  reference = _Reference(method, scheme='fedras')
+  # A message of 4 or 5 actions costs 4 x 4 c + 24 = 88 or 104 bytes, the
+  # table 4 x 24 x 4 = 384. Round 6: user 0 missed rounds 4 and 5 (at
+  # most 208 bytes) and applies them; user 4 missed rounds 1-5 (at least
+  # 440 bytes), well within H = 32 rounds, and downloads the table.
+  _, store = _run_and_compare(
+      method, reference,
+      schedule=([0, 4], [1], [2], [0, 1], [2], [3], [0, 4]),
+  )
+  assert method.bandwidths.expected_groups == 4
+  assert reference.history == compressed_exchange.DEFAULT_CATCH_UP_ROUNDS
+  assert reference.resynced == [4]
+  copies = store.local_parameters([0, 4])
+  assert not np.allclose(copies[0]['item_copy'], copies[1]['item_copy'])
 
 
 def test_heterogeneous_bandwidths_match_the_reference():
