@@ -40,8 +40,8 @@ import hashlib
 import json
 import os
 import pathlib
-import tempfile
 
+from tff_fedrec import atomic_files
 from tff_fedrec import tiers
 from tff_fedrec.export import tflite_conversion
 
@@ -130,24 +130,6 @@ def entry_for_bytes(
   )
 
 
-def _write_atomically(target: pathlib.Path, data: bytes) -> None:
-  target.parent.mkdir(parents=True, exist_ok=True)
-  # The temporary file sits beside the target: os.replace is atomic only
-  # within one file system.
-  handle, temporary = tempfile.mkstemp(
-      dir=target.parent, prefix=f'.{target.name}.', suffix='.tmp'
-  )
-  try:
-    with os.fdopen(handle, 'wb') as file:
-      file.write(data)
-      file.flush()
-      os.fsync(file.fileno())
-    os.replace(temporary, target)
-  except BaseException:
-    os.unlink(temporary)
-    raise
-
-
 def write_model_file(
     root: str | os.PathLike, path: str, model_bytes: bytes, **fields
 ) -> ManifestEntry:
@@ -161,7 +143,7 @@ def write_model_file(
       `entry_for_bytes`.
   """
   entry = entry_for_bytes(path, model_bytes, **fields)
-  _write_atomically(pathlib.Path(root, entry.path), model_bytes)
+  atomic_files.write_atomically(pathlib.Path(root, entry.path), model_bytes)
   return entry
 
 
@@ -178,7 +160,7 @@ def write_manifest(
       'models': [dataclasses.asdict(entry) for entry in entries],
   }
   target = pathlib.Path(root, MANIFEST_NAME)
-  _write_atomically(
+  atomic_files.write_atomically(
       target, (json.dumps(document, indent=2) + '\n').encode('utf-8')
   )
   return target

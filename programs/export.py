@@ -37,6 +37,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from tff_fedrec import atomic_files
 from tff_fedrec import metrics
 from tff_fedrec.export import manifest
 from tff_fedrec.export import on_device_model
@@ -279,8 +280,10 @@ def export() -> dict:
   for model in models:
     entries += _export_model(prepared, model, output_dir, quantizations,
                              report)
-  with open(os.path.join(output_dir, 'item_ids.json'), 'w') as f:
-    json.dump([str(i) for i in prepared.data.item_ids], f)
+  atomic_files.write_atomically(
+      os.path.join(output_dir, 'item_ids.json'),
+      json.dumps([str(i) for i in prepared.data.item_ids]),
+  )
   manifest.write_manifest(output_dir, entries)
   result = {
       'root_dir': root_dir,
@@ -288,10 +291,10 @@ def export() -> dict:
       'round': run.next_round,
       'models': report,
   }
-  path = os.path.join(output_dir, 'export_report.json')
-  with open(path + '.tmp', 'w') as f:
-    json.dump(result, f, indent=2)
-  os.replace(path + '.tmp', path)
+  atomic_files.write_atomically(
+      os.path.join(output_dir, 'export_report.json'),
+      json.dumps(result, indent=2),
+  )
   return result
 
 

@@ -27,6 +27,7 @@ from typing import Callable, Optional
 import numpy as np
 import tensorflow_federated as tff
 
+from tff_fedrec import atomic_files
 from tff_fedrec import client_state_store
 from tff_fedrec import evaluation
 from tff_fedrec.algorithms import method as method_lib
@@ -157,10 +158,10 @@ def metrics_csv(root_dir: str) -> tff.program.CSVFileReleaseManager:
 
 def write_summary_json(root_dir: str, summary: dict) -> None:
   """Writes <root_dir>/summary.json atomically (temporary file, rename)."""
-  path = os.path.join(root_dir, 'summary.json')
-  with open(path + '.tmp', 'w') as f:
-    json.dump(summary, f, indent=2, sort_keys=True)
-  os.replace(path + '.tmp', path)
+  atomic_files.write_atomically(
+      os.path.join(root_dir, 'summary.json'),
+      json.dumps(summary, indent=2, sort_keys=True),
+  )
 
 
 class TrainingRun:

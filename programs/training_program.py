@@ -17,6 +17,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from tff_fedrec import atomic_files
 from tff_fedrec import hetero_models
 from tff_fedrec.algorithms import hetefedrec
 from tff_fedrec.algorithms import partially_local
@@ -625,10 +626,9 @@ def _flag_lines() -> list[str]:
 def write_run_flags(root_dir: str) -> None:
   """Writes <root_dir>/run.flags (atomically), the flags of the run, so that
   `export` can rebuild it."""
-  path = os.path.join(root_dir, RUN_FLAGS_FILE)
-  with open(path + '.tmp', 'w') as f:
-    f.write('\n'.join(_flag_lines()) + '\n')
-  os.replace(path + '.tmp', path)
+  atomic_files.write_atomically(
+      os.path.join(root_dir, RUN_FLAGS_FILE), '\n'.join(_flag_lines()) + '\n'
+  )
 
 
 def run() -> dict:

@@ -8,6 +8,7 @@ Runs `python -m tff_fedrec.programs.train` and then
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -167,28 +168,37 @@ def test_tier_models_of_hetefedrec_rank_like_the_training_side(tmp_path):
     assert row['max_abs_logit_difference'] < 0.1
 
 
+@pytest.fixture(scope='module')
+def one_round_runs(tmp_path_factory):
+  """One-round all_small and standalone runs, trained once for the tests
+  below: a refused export writes nothing, so they share the runs."""
+  runs = {}
+  for method in ('all_small', 'standalone'):
+    runs[method] = str(tmp_path_factory.mktemp(method))
+    _train(runs[method], [f'--method={method}', *_TIERED, '--rounds=1'])
+  return runs
+
+
 @pytest.mark.parametrize('method, flags, message', [
     ('all_small', ['--tiers=large'], "trains no 'large' model"),
-    ('standalone', [], 'every user trains its own'),
+    ('standalone', ['--tiers=small'], 'every user trains its own'),
     ('standalone', ['--users=nosuchuser'], 'Unknown user id'),
     ('all_small', ['--quantizations=int4'], 'Unknown quantization int4'),
 ])
 def test_export_refuses_what_the_run_cannot_give(
-    tmp_path, method, flags, message
+    one_round_runs, method, flags, message
 ):
-  root_dir = str(tmp_path / method)
-  _train(root_dir, [f'--method={method}', *_TIERED, '--rounds=1'])
-  if method == 'standalone' and not flags:
-    flags = ['--tiers=small']
+  root_dir = one_round_runs[method]
   result = _program('export', [f'--root_dir={root_dir}', *flags])
   assert result.returncode == 2
   assert message in result.stderr
   assert 'Traceback' not in result.stderr
+  assert not os.path.exists(os.path.join(root_dir, 'tflite', 'manifest.json'))
 
 
-def test_standalone_users_export_their_own_models(tmp_path):
+def test_standalone_users_export_their_own_models(tmp_path, one_round_runs):
   root_dir = str(tmp_path / 'standalone')
-  _train(root_dir, ['--method=standalone', *_TIERED, '--rounds=1'])
+  shutil.copytree(one_round_runs['standalone'], root_dir)
   result = _program('export', [
       f'--root_dir={root_dir}', '--users=u0,u1', '--quantizations=float32',
   ])
@@ -199,13 +209,15 @@ def test_standalone_users_export_their_own_models(tmp_path):
   assert all(r['tf'] == pytest.approx(r['tflite'], abs=1e-9) for r in rows)
 
 
-def test_a_directory_without_a_run_or_checkpoint_is_refused(tmp_path):
+def test_a_directory_without_a_run_or_checkpoint_is_refused(
+    tmp_path, one_round_runs
+):
   result = _program('export', [f'--root_dir={tmp_path}'])
   assert result.returncode == 2
   assert 'not a training run directory' in result.stderr
   # A run that wrote its flags but no checkpoint yet.
   root_dir = str(tmp_path / 'fresh')
-  _train(root_dir, [*_PFEDREC[:-1], '--rounds=1'])
+  shutil.copytree(one_round_runs['all_small'], root_dir)
   for name in os.listdir(os.path.join(root_dir, 'checkpoints')):
     os.rename(os.path.join(root_dir, 'checkpoints', name),
               os.path.join(root_dir, 'checkpoints', f'old_{name}'))
