@@ -423,17 +423,8 @@ def build_compressed_exchange_process(
         summary=summary,
     )
 
-  @tff.tensorflow.computation
-  def empty_structure():
-    return collections.OrderedDict()
-
   @tff.federated_computation
   def initialize():
-    aggregator_state = collections.OrderedDict(
-        item=item_aggregation.initialize()
-    )
-    if dense_aggregation is not None:
-      aggregator_state['dense'] = dense_aggregation.initialize()
     return tff.federated_zip(
         collections.OrderedDict(
             global_parameters=tff.federated_eval(
@@ -441,20 +432,14 @@ def build_compressed_exchange_process(
             ),
             downlink=tff.federated_eval(initial_downlink, tff.SERVER),
             encoder=tff.federated_eval(initial_encoder_state, tff.SERVER),
-            aggregator=tff.federated_zip(aggregator_state),
+            aggregator=two_phase.initial_aggregator_state(
+                item_aggregation, dense_aggregation
+            ),
             round_num=tff.federated_value(np.int32(0), tff.SERVER),
         )
     )
 
   server_state_type = initialize.type_signature.result
-
-  @tff.tensorflow.computation(np.int32)
-  def increment(round_num):
-    return round_num + 1
-
-  @tff.tensorflow.computation(np.float32, np.float32)
-  def safe_divide(numerator, denominator):
-    return tf.math.divide_no_nan(numerator, denominator)
 
   @tff.federated_computation(
       server_state_type,
@@ -462,51 +447,25 @@ def build_compressed_exchange_process(
       tff.FederatedType(data_type, tff.CLIENTS),
   )
   def client_step(server_state, local_states, client_data):
-    item_uploads, dense_deltas, new_states, client_metrics = (
-        tff.federated_map(
-            client_update,
-            (
-                tff.federated_broadcast(server_state.global_parameters),
-                tff.federated_broadcast(server_state.downlink),
-                tff.federated_broadcast(server_state.round_num),
-                local_states,
-                client_data,
-            ),
-        )
-    )
-    return new_states, tff.federated_zip(
-        collections.OrderedDict(
-            item=item_uploads, dense=dense_deltas, metrics=client_metrics
-        )
+    return two_phase.run_client_update(
+        client_update,
+        (
+            tff.federated_broadcast(server_state.global_parameters),
+            tff.federated_broadcast(server_state.downlink),
+            tff.federated_broadcast(server_state.round_num),
+            local_states,
+            client_data,
+        ),
     )
 
   @tff.federated_computation(
-      server_state_type,
-      tff.FederatedType(
-          collections.OrderedDict(
-              item=client_update.type_signature.result[0],
-              dense=client_update.type_signature.result[1],
-              metrics=client_update.type_signature.result[3],
-          ),
-          tff.CLIENTS,
-      ),
+      server_state_type, two_phase.uploads_type(client_update)
   )
   def server_step(server_state, uploads):
-    item_output = item_aggregation.next(
-        server_state.aggregator.item, uploads.item
+    aggregated = two_phase.aggregate_uploads(
+        item_aggregation, dense_aggregation, server_state.aggregator, uploads,
+        weigh_items=False,
     )
-    aggregator_state = collections.OrderedDict(item=item_output.state)
-    measurements = collections.OrderedDict(item=item_output.measurements)
-    if dense_aggregation is not None:
-      dense_output = dense_aggregation.next(
-          server_state.aggregator.dense, uploads.dense,
-          uploads.metrics.num_users,
-      )
-      aggregator_state['dense'] = dense_output.state
-      measurements['dense'] = dense_output.measurements
-      dense_mean = dense_output.result
-    else:
-      dense_mean = tff.federated_eval(empty_structure, tff.SERVER)
     updated = tff.federated_map(
         server_update,
         (
@@ -514,21 +473,20 @@ def build_compressed_exchange_process(
             server_state.encoder,
             server_state.downlink,
             server_state.round_num,
-            item_output.result,
-            dense_mean,
+            aggregated.item,
+            aggregated.dense_mean,
         ),
     )
-    loss_sum = tff.federated_sum(uploads.metrics.loss_sum)
-    num_examples = tff.federated_sum(uploads.metrics.num_examples)
+    train_loss, num_examples = two_phase.mean_train_loss(uploads.metrics)
     metrics = tff.federated_zip(
         collections.OrderedDict(
-            train_loss=tff.federated_map(safe_divide, (loss_sum, num_examples)),
+            train_loss=train_loss,
             num_examples=num_examples,
             download_bytes=tff.federated_sum(uploads.metrics.download_bytes),
             resyncs=tff.federated_sum(uploads.metrics.resyncs),
             messages=tff.federated_sum(uploads.metrics.messages),
             downlink=updated.summary,
-            aggregator=tff.federated_zip(measurements),
+            aggregator=aggregated.measurements,
         )
     )
     new_server_state = tff.federated_zip(
@@ -536,8 +494,8 @@ def build_compressed_exchange_process(
             global_parameters=updated.global_parameters,
             downlink=updated.downlink,
             encoder=updated.encoder,
-            aggregator=tff.federated_zip(aggregator_state),
-            round_num=tff.federated_map(increment, server_state.round_num),
+            aggregator=aggregated.state,
+            round_num=two_phase.next_round_num(server_state.round_num),
         )
     )
     return new_server_state, metrics

@@ -310,10 +310,6 @@ def build_hetefedrec_process(
   def initialize():
     return tff.federated_eval(initial_state, tff.SERVER)
 
-  @tff.tensorflow.computation(np.float32, np.float32)
-  def safe_divide(numerator, denominator):
-    return tf.math.divide_no_nan(numerator, denominator)
-
   @tff.federated_computation(
       tff.FederatedType(server_state_type, tff.SERVER),
       tff.FederatedType(local_type, tff.CLIENTS),
@@ -353,11 +349,10 @@ def build_hetefedrec_process(
     new_state, loss_before, loss_after = tff.federated_map(
         server_update, (server_state, table_sums, layer_output.result)
     )
-    loss_sum = tff.federated_sum(uploads.loss_sum)
-    num_examples = tff.federated_sum(uploads.num_examples)
+    train_loss, num_examples = two_phase.mean_train_loss(uploads)
     metrics = tff.federated_zip(
         collections.OrderedDict(
-            train_loss=tff.federated_map(safe_divide, (loss_sum, num_examples)),
+            train_loss=train_loss,
             num_examples=num_examples,
             distillation_loss_before=loss_before,
             distillation_loss_after=loss_after,

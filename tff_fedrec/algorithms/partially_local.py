@@ -312,36 +312,21 @@ def build_partially_local_process(
   def initial_global_parameters():
     return tf.nest.map_structure(tf.constant, global_init)
 
-  @tff.tensorflow.computation
-  def empty_structure():
-    return collections.OrderedDict()
-
   @tff.federated_computation
   def initialize():
-    aggregator_state = collections.OrderedDict(
-        item=item_aggregation.initialize()
-    )
-    if dense_aggregation is not None:
-      aggregator_state['dense'] = dense_aggregation.initialize()
     return tff.federated_zip(
         collections.OrderedDict(
             global_parameters=tff.federated_eval(
                 initial_global_parameters, tff.SERVER
             ),
-            aggregator=tff.federated_zip(aggregator_state),
+            aggregator=two_phase.initial_aggregator_state(
+                item_aggregation, dense_aggregation
+            ),
             round_num=tff.federated_value(np.int32(0), tff.SERVER),
         )
     )
 
   server_state_type = initialize.type_signature.result
-
-  @tff.tensorflow.computation(np.int32)
-  def increment(round_num):
-    return round_num + 1
-
-  @tff.tensorflow.computation(np.float32, np.float32)
-  def safe_divide(numerator, denominator):
-    return tf.math.divide_no_nan(numerator, denominator)
 
   @tff.federated_computation(
       server_state_type,
@@ -349,67 +334,41 @@ def build_partially_local_process(
       tff.FederatedType(data_type, tff.CLIENTS),
   )
   def client_step(server_state, local_params, client_data):
-    item_uploads, dense_deltas, new_client_states, client_metrics = (
-        tff.federated_map(
-            client_update,
-            (
-                tff.federated_broadcast(server_state.global_parameters),
-                local_params,
-                client_data,
-            ),
-        )
-    )
-    return new_client_states, tff.federated_zip(
-        collections.OrderedDict(
-            item=item_uploads, dense=dense_deltas, metrics=client_metrics
-        )
+    return two_phase.run_client_update(
+        client_update,
+        (
+            tff.federated_broadcast(server_state.global_parameters),
+            local_params,
+            client_data,
+        ),
     )
 
   @tff.federated_computation(
-      server_state_type,
-      tff.FederatedType(
-          collections.OrderedDict(
-              item=client_update.type_signature.result[0],
-              dense=client_update.type_signature.result[1],
-              metrics=client_update.type_signature.result[3],
-          ),
-          tff.CLIENTS,
-      ),
+      server_state_type, two_phase.uploads_type(client_update)
   )
   def server_step(server_state, uploads):
-    num_users = uploads.metrics.num_users
-    item_output = item_aggregation.next(
-        server_state.aggregator.item, uploads.item, num_users
+    aggregated = two_phase.aggregate_uploads(
+        item_aggregation, dense_aggregation, server_state.aggregator, uploads,
+        weigh_items=True,
     )
-    aggregator_state = collections.OrderedDict(item=item_output.state)
-    measurements = collections.OrderedDict(item=item_output.measurements)
-    if dense_aggregation is not None:
-      dense_output = dense_aggregation.next(
-          server_state.aggregator.dense, uploads.dense, num_users
-      )
-      aggregator_state['dense'] = dense_output.state
-      measurements['dense'] = dense_output.measurements
-      dense_mean = dense_output.result
-    else:
-      dense_mean = tff.federated_eval(empty_structure, tff.SERVER)
     new_global = tff.federated_map(
         apply_update,
-        (server_state.global_parameters, item_output.result, dense_mean),
+        (server_state.global_parameters, aggregated.item,
+         aggregated.dense_mean),
     )
-    loss_sum = tff.federated_sum(uploads.metrics.loss_sum)
-    num_examples = tff.federated_sum(uploads.metrics.num_examples)
+    train_loss, num_examples = two_phase.mean_train_loss(uploads.metrics)
     metrics = tff.federated_zip(
         collections.OrderedDict(
-            train_loss=tff.federated_map(safe_divide, (loss_sum, num_examples)),
+            train_loss=train_loss,
             num_examples=num_examples,
-            aggregator=tff.federated_zip(measurements),
+            aggregator=aggregated.measurements,
         )
     )
     new_server_state = tff.federated_zip(
         collections.OrderedDict(
             global_parameters=new_global,
-            aggregator=tff.federated_zip(aggregator_state),
-            round_num=tff.federated_map(increment, server_state.round_num),
+            aggregator=aggregated.state,
+            round_num=two_phase.next_round_num(server_state.round_num),
         )
     )
     return new_server_state, metrics

@@ -23,14 +23,27 @@ sub-rounds' client-placed results in the order the executors finish, not in
 client order, so `run_round` sends each client's index along and puts the
 results back in order.
 
+The processes of this package build the two steps from a TF client update
+
+  client_update: (<..., L, D> -> <item upload, dense deltas, L, client metrics>)
+
+with the building blocks below, to be called while tracing a
+`tff.federated_computation`: `run_client_update` (client_step's body),
+`uploads_type` (server_step's parameter), `initial_aggregator_state`,
+`aggregate_uploads` (the item and dense aggregators), `mean_train_loss`
+and `next_round_num`.
+
 Example:
   >>> process = TwoPhaseProcess(initialize, client_step, server_step)
   >>> state, new_locals, metrics = run_round(process, state, locals, data)
 """
 
+import collections
 from collections.abc import Sequence
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
+import tensorflow as tf
 import tensorflow_federated as tff
 
 
@@ -90,3 +103,106 @@ def run_round(
   uploads = [uploads[i] for i in order]
   server_state, metrics = process.server_step(server_state, uploads)
   return server_state, new_locals, metrics
+
+
+def run_client_update(client_update: tff.Computation, arguments):
+  """client_step's body: maps `client_update` over the clients; returns
+  ({L}@CLIENTS, {<item, dense, metrics>}@CLIENTS)."""
+  item_uploads, dense_deltas, new_states, client_metrics = tff.federated_map(
+      client_update, arguments
+  )
+  return new_states, tff.federated_zip(
+      collections.OrderedDict(
+          item=item_uploads, dense=dense_deltas, metrics=client_metrics
+      )
+  )
+
+
+def uploads_type(client_update: tff.Computation) -> tff.FederatedType:
+  """{<item, dense, metrics>}@CLIENTS, what `run_client_update` uploads."""
+  result = client_update.type_signature.result
+  return tff.FederatedType(
+      collections.OrderedDict(
+          item=result[0], dense=result[1], metrics=result[3]
+      ),
+      tff.CLIENTS,
+  )
+
+
+def initial_aggregator_state(
+    item_aggregation: tff.templates.AggregationProcess,
+    dense_aggregation: Optional[tff.templates.AggregationProcess],
+):
+  """<item, [dense]>@SERVER: the aggregators' initial states (no dense
+  entry for a model without dense parameters)."""
+  state = collections.OrderedDict(item=item_aggregation.initialize())
+  if dense_aggregation is not None:
+    state['dense'] = dense_aggregation.initialize()
+  return tff.federated_zip(state)
+
+
+class AggregatedUploads(NamedTuple):
+  """`aggregate_uploads`' result, all SERVER-placed."""
+  item: Any  # The item aggregator's result.
+  dense_mean: Any  # The weighted mean dense delta (<> without dense keys).
+  state: Any  # <item, [dense]>, the aggregators' new states.
+  measurements: Any  # <item, [dense]>, their measurements.
+
+
+def aggregate_uploads(
+    item_aggregation: tff.templates.AggregationProcess,
+    dense_aggregation: Optional[tff.templates.AggregationProcess],
+    aggregator_state,
+    uploads,
+    *,
+    weigh_items: bool,
+) -> AggregatedUploads:
+  """Runs both aggregators on the uploads of `run_client_update`.
+
+  The dense deltas are weighted by each client's number of users; the item
+  uploads too if `weigh_items` (a weighted item factory), else the item
+  aggregator takes the uploads alone.
+  """
+  num_users = uploads.metrics.num_users
+  item_args = (num_users,) if weigh_items else ()
+  item_output = item_aggregation.next(
+      aggregator_state.item, uploads.item, *item_args
+  )
+  state = collections.OrderedDict(item=item_output.state)
+  measurements = collections.OrderedDict(item=item_output.measurements)
+  if dense_aggregation is not None:
+    dense_output = dense_aggregation.next(
+        aggregator_state.dense, uploads.dense, num_users
+    )
+    state['dense'] = dense_output.state
+    measurements['dense'] = dense_output.measurements
+    dense_mean = dense_output.result
+  else:
+    dense_mean = tff.federated_eval(
+        tff.tensorflow.computation(lambda: collections.OrderedDict()), tff.SERVER
+    )
+  return AggregatedUploads(
+      item_output.result, dense_mean, tff.federated_zip(state),
+      tff.federated_zip(measurements),
+  )
+
+
+def mean_train_loss(client_metrics):
+  """(train loss, examples)@SERVER: the summed loss over the summed
+  examples of the clients' metrics, CLIENTS-placed values with `loss_sum`
+  and `num_examples` (0 when no example was trained)."""
+  loss_sum = tff.federated_sum(client_metrics.loss_sum)
+  num_examples = tff.federated_sum(client_metrics.num_examples)
+  divide = tff.tensorflow.computation(
+      lambda numerator, denominator: tf.math.divide_no_nan(
+          numerator, denominator
+      ),
+      np.float32, np.float32,
+  )
+  return tff.federated_map(divide, (loss_sum, num_examples)), num_examples
+
+
+def next_round_num(round_num):
+  """round_num + 1 @SERVER."""
+  increment = tff.tensorflow.computation(lambda r: r + 1, np.int32)
+  return tff.federated_map(increment, round_num)
