@@ -140,6 +140,13 @@ _MODEL = flags.DEFINE_enum(
     'layer on each user\'s local graph). FedRAS and its baselines: mf '
     '(default) or ncf.',
 )
+_NEIGHBOR_GRADIENT = flags.DEFINE_bool(
+    'lightgcn_neighbor_gradient', True,
+    'Tiered methods with --model=lightgcn: whether item vectors also learn '
+    'through the user vectors they are propagated into (plain autodiff). '
+    '--nolightgcn_neighbor_gradient stops that gradient; see the README, '
+    'Fed-LightGCN.',
+)
 _COMPRESSION_RATE = flags.DEFINE_float(
     'compression_rate', 0.9375,
     'FedRAS and its baselines: the requested share of bytes saved, 1 - '
@@ -446,9 +453,13 @@ def _prepare_tiered(data_config, summary_fields):
   model = _MODEL.value or 'ncf'
   if model == 'mf':
     raise FlagError('Tiered methods take --model=ncf or --model=lightgcn.')
+  if not _NEIGHBOR_GRADIENT.value and model != 'lightgcn':
+    raise FlagError(
+        '--nolightgcn_neighbor_gradient applies to --model=lightgcn only.'
+    )
   spec = hetero_models.HeteroSpec(
       num_items=data.num_items, widths=widths, hidden_units=hidden_units,
-      model=model,
+      model=model, neighbor_gradient=_NEIGHBOR_GRADIENT.value,
   )
   config = hetefedrec.HeteroConfig(
       learning_rate=(

@@ -241,6 +241,8 @@ def test_killed_run_resumes_to_the_same_result_as_an_uninterrupted_run(
          'hidden_units'),
         (['--method=fedmf', '--dataset=synthetic', '--users_per_tff_client=0'],
          '--users_per_tff_client'),
+        (['--method=hetefedrec', '--dataset=synthetic',
+          '--nolightgcn_neighbor_gradient'], '--model=lightgcn only'),
     ],
 )
 def test_bad_flags_fail_with_a_message_naming_the_problem(

@@ -31,8 +31,10 @@ def _reference_loss(tier, user, table, items, labels, layers, dual_task,
   total = 0.0
   if spec.model == 'lightgcn':
     neighbors = np.unique(items[labels > 0])
-    user = 0.5 * (user + tf.reduce_sum(tf.gather(table, neighbors), 0)
-                  / np.sqrt(max(len(neighbors), 1)))
+    neighbor_sum = tf.reduce_sum(tf.gather(table, neighbors), 0)
+    if not spec.neighbor_gradient:
+      neighbor_sum = tf.stop_gradient(neighbor_sum)
+    user = 0.5 * (user + neighbor_sum / np.sqrt(max(len(neighbors), 1)))
   for b in terms:
     width = _SPEC.widths[b]
     u = tf.tile(user[None, :width], [len(items), 1])
@@ -79,13 +81,22 @@ def _group(clients):
   return users, rows, row_mask, local, labels, example_mask, row_ids
 
 
-@pytest.mark.parametrize('model', ['ncf', 'lightgcn'])
+_MODELS = {
+    'ncf': {'model': 'ncf'},
+    'lightgcn': {'model': 'lightgcn'},
+    'lightgcn-no-neighbor-gradient': {
+        'model': 'lightgcn', 'neighbor_gradient': False,
+    },
+}
+
+
+@pytest.mark.parametrize('model', list(_MODELS))
 @pytest.mark.parametrize('tier', [0, 1, 2])
 @pytest.mark.parametrize('dual_task, alpha', [(True, 0.7), (False, 0.0),
                                               (True, 0.0)])
 def test_gradients_match_the_reference_per_client(tier, dual_task, alpha,
                                                   model):
-  spec = dataclasses.replace(_SPEC, model=model)
+  spec = dataclasses.replace(_SPEC, **_MODELS[model])
   params = hetero_models.initial_parameters(_SPEC, seed=3)
   layers = tf.nest.map_structure(tf.constant, params['score_layers'])
   clients = [_client(10 + c, tier, n) for c, n in enumerate([7, 4])]
@@ -132,6 +143,45 @@ def test_gradients_match_the_reference_per_client(tier, dual_task, alpha,
         got.score_layers[b]))
     assert moved == (b in trained)
   assert float(got.num_examples) == 11.0
+
+
+def test_without_the_neighbor_gradient_only_candidates_move_items():
+  """Fed-LightGCN with `neighbor_gradient=False`: the user's positive (a
+  neighbour in u' and a candidate) loses the neighbour part of its
+  gradient; the negatives (candidates only) and the loss do not change."""
+  user, table, _, _ = _client(4, 0, 1)
+  items = np.array([[0, 1, 2]], np.int32)
+  labels = np.array([[1.0, 0.0, 0.0]], np.float32)
+  rows = tf.constant(table[None, :3])
+  layers = tf.nest.map_structure(
+      tf.constant, hetero_models.initial_parameters(_SPEC, 3)['score_layers']
+  )
+  results = {}
+  for gradient in (True, False):
+    spec = dataclasses.replace(
+        _SPEC, model='lightgcn', neighbor_gradient=gradient
+    )
+    arguments = (spec, 0, tf.constant(user[None]), rows,
+                 tf.ones([1, 3]), tf.constant(items), tf.constant(labels),
+                 tf.ones([1, 3]), layers)
+    results[gradient] = (
+        dual_task_learning.client_gradients(
+            *arguments, dual_task=False, decorrelation_weight=0.0
+        ).item_rows[0],
+        dual_task_learning.client_losses(
+            *arguments, dual_task=False, decorrelation_weight=0.0
+        ).total,
+    )
+  (with_gradient, loss), (without, same_loss) = results[True], results[False]
+  np.testing.assert_allclose(loss, same_loss)
+  assert not np.allclose(with_gradient[0], without[0], atol=1e-6)
+  np.testing.assert_allclose(with_gradient[1:], without[1:], rtol=1e-6)
+  assert np.all(np.any(without != 0, axis=-1))
+
+
+def test_neighbor_gradient_is_a_lightgcn_option_only():
+  with pytest.raises(ValueError, match='lightgcn'):
+    hetero_models.HeteroSpec(num_items=3, neighbor_gradient=False)
 
 
 def test_dual_task_trains_the_small_prefix_of_a_large_client():

@@ -46,6 +46,14 @@ class HeteroSpec:
     hidden_units: Hidden layers of every tier's scorer ([8, 8] in Sec. V.D).
     init_scale: Standard deviation of the N(0, s^2) initial embeddings.
     model: 'ncf' (Fed-NCF) or 'lightgcn' (Fed-LightGCN), see above.
+    neighbor_gradient: 'lightgcn' only. True (plain autodiff of the
+      propagation): an item vector v_j also learns through the user
+      vectors u' it is a neighbour in. False: u' treats sum_j v_j as a
+      constant in training (`tf.stop_gradient`), so items learn as
+      candidates only; scores are unchanged. With the 4:1 binary
+      cross-entropy of Sec. V.D, the neighbour path drags every user's own
+      positives, the popular items, towards lower candidate scores (README,
+      Fed-LightGCN).
   """
 
   num_items: int
@@ -53,6 +61,7 @@ class HeteroSpec:
   hidden_units: tuple[int, ...] = (8, 8)
   init_scale: float = 0.01
   model: str = 'ncf'
+  neighbor_gradient: bool = True
 
   def __post_init__(self):
     if len(self.widths) != NUM_TIERS or any(
@@ -65,6 +74,10 @@ class HeteroSpec:
       raise ValueError('num_items must be positive.')
     if self.model not in MODELS:
       raise ValueError(f'model must be one of {MODELS}; got {self.model!r}.')
+    if not self.neighbor_gradient and self.model != 'lightgcn':
+      raise ValueError(
+          'neighbor_gradient=False applies to the lightgcn model only.'
+      )
 
   def layer_shapes(self, tier: int) -> tuple[tuple[int, int], ...]:
     """(fan_in, fan_out) of Theta_tier's dense layers."""
@@ -144,8 +157,11 @@ def score_all_items(user, table, layers) -> tf.Tensor:
 def user_representation(spec: HeteroSpec, user, neighbor_sum, num_neighbors):
   """The user vector the scorer sees: u for 'ncf'; for 'lightgcn'
   (u + neighbor_sum / sqrt(|N_u|)) / 2 with neighbor_sum = sum of the user's
-  interacted items' vectors [..., N] and num_neighbors = |N_u| [...]."""
+  interacted items' vectors [..., N] and num_neighbors = |N_u| [...]; no
+  gradient reaches neighbor_sum unless `spec.neighbor_gradient`."""
   if spec.model == 'ncf':
     return user
+  if not spec.neighbor_gradient:
+    neighbor_sum = tf.stop_gradient(neighbor_sum)
   scale = tf.math.rsqrt(tf.maximum(tf.cast(num_neighbors, tf.float32), 1.0))
   return 0.5 * (user + neighbor_sum * scale[..., None])
