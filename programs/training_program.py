@@ -167,6 +167,13 @@ _CATCH_UP_ROUNDS = flags.DEFINE_integer(
     'keeps for clients that missed rounds; beyond that a client downloads '
     'the whole table.',
 )
+_RESYNC_WHEN_CHEAPER = flags.DEFINE_bool(
+    'resync_when_cheaper', True,
+    'FedRAS and the codec baselines: a returning client downloads the whole '
+    'table when the messages it missed would cost more bytes. '
+    '--noresync_when_cheaper applies every message within --catch_up_rounds '
+    '(Algorithm 1 sends one message a round).',
+)
 _USER_OPTIMIZER = flags.DEFINE_enum(
     'user_optimizer', 'sgd', ['sgd', 'adam'],
     'Tiered methods: how a client moves its private user embedding: sgd is '
@@ -570,6 +577,7 @@ def _compression_arguments() -> dict:
   arguments = {'model': model, 'compression_rate': _COMPRESSION_RATE.value}
   if method != 'base_small_dim':
     arguments['catch_up_rounds'] = _CATCH_UP_ROUNDS.value
+    arguments['resync_when_cheaper'] = _RESYNC_WHEN_CHEAPER.value
   if method.startswith('fedras'):
     arguments['alpha'] = _ALPHA.value
     if _COMPRESSION_RATE_RANGE.value:

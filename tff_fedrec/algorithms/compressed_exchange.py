@@ -11,8 +11,9 @@ of all item embeddings"). Round t:
     1. catch up (`catch_up`): apply the server's messages of the rounds
        since its last one to Q_u (line 24), each decoded at u's bandwidth
        e_u; a client away more than H rounds (`catch_up_rounds`, how long
-       the server keeps messages), or whose missed messages would cost
-       more bytes than the table, downloads the server's table in full;
+       the server keeps messages), or (`resync_when_cheaper`) whose missed
+       messages would cost more bytes than the table, downloads the
+       server's table in full;
     2. train p_u, the rows of Q_u of its items and the scoring model theta
        by SGD for tau local epochs (lines 28-31;
        `local_training.train_users_locally` on a compact table of the
@@ -132,14 +133,15 @@ def _structure_type(structure, leading=()) -> tff.Type:
 
 
 def catch_up(codec, *, replaces: bool, history: int, copy, synced, round_num,
-             downlink, table, bandwidth):
+             downlink, table, bandwidth, resync_when_cheaper: bool = True):
   """Step 1 of the module docstring for a group of U users (Alg. 1 l. 24).
 
   Additive messages (`replaces=False`): a user synced at s < t adds the
   decoded messages of rounds s .. t-1 to its copy, each at its bandwidth;
-  one away more than `history` rounds, or whose messages would together
-  cost more than the dense table (`codec.message_bytes`), gets `table`
-  instead (dense bytes): a resync is exact and never costs more.
+  one away more than `history` rounds, or (`resync_when_cheaper`) whose
+  messages would together cost more than the dense table
+  (`codec.message_bytes`), gets `table` instead (dense bytes): a resync is
+  exact and then costs less.
   Replacing messages (FedRAS-E): a user with s < t takes the decoded
   message of round t-1 as its copy.
 
@@ -194,7 +196,9 @@ def catch_up(codec, *, replaces: bool, history: int, copy, synced, round_num,
         lambda r, _: r < round_num, add_cost,
         (first, tf.zeros_like(synced, tf.int64)),
     )
-    resync = tf.logical_or(away, cost > dense)
+    resync = away
+    if resync_when_cheaper:
+      resync = tf.logical_or(away, cost > dense)
     copy = tf.where(resync[:, tf.newaxis, tf.newaxis], table, copy)
     first = tf.maximum(
         first, tf.reduce_min(tf.where(resync, round_num, synced))
@@ -226,6 +230,7 @@ def build_compressed_exchange_process(
     exchange_embeddings: bool = False,
     normalization: str = 'participation',
     catch_up_rounds: int = DEFAULT_CATCH_UP_ROUNDS,
+    resync_when_cheaper: bool = True,
     seed: int = 0,
     item_aggregator: Optional[tff.aggregators.UnweightedAggregationFactory] = None,
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = None,
@@ -243,6 +248,9 @@ def build_compressed_exchange_process(
     normalization: 'participation' (Sec. 4.4) or 'clients' (FedAvg).
     catch_up_rounds: H, the rounds of messages the server keeps (1 with
       exchange_embeddings).
+    resync_when_cheaper: a client whose missed messages cost more bytes
+      than the table downloads the table (`catch_up`); False keeps to
+      messages within H rounds, as Algorithm 1 sends one a round.
     seed: seeds the per-round shared seed (`round_seed`).
     item_aggregator: aggregates `clustered_actions.upload_type(d)` into
       <update [N, d], participants [N]>; None means
@@ -322,6 +330,7 @@ def build_compressed_exchange_process(
         downlink=downlink,
         table=global_params['item_embedding'],
         bandwidth=data['bandwidth'],
+        resync_when_cheaper=resync_when_cheaper,
     )
     start_rows = tf.gather(copy, data['row_ids'], batch_dims=1)
     start = collections.OrderedDict(

@@ -65,7 +65,8 @@ def _ring(rounds):
   )
 
 
-def _catch_up(synced, *, round_num, ring, replaces=False):
+def _catch_up(synced, *, round_num, ring, replaces=False,
+              resync_when_cheaper=True):
   synced = np.asarray(synced, np.int32)
   return compressed_exchange.catch_up(
       _RoundValueCodec(),
@@ -77,6 +78,7 @@ def _catch_up(synced, *, round_num, ring, replaces=False):
       downlink=ring,
       table=tf.fill([_NUM_ITEMS, _DIM], 100.0),
       bandwidth=np.arange(1, synced.size + 1, dtype=np.int32),
+      resync_when_cheaper=resync_when_cheaper,
   )
 
 
@@ -111,6 +113,15 @@ def test_catch_up_resyncs_when_the_messages_cost_more_than_the_table():
   np.testing.assert_array_equal(sent, [20, 40, dense, 40])
   np.testing.assert_array_equal(resynced, [False, False, True, False])
   np.testing.assert_array_equal(messages, [2, 2, 0, 1])
+
+  # Without resync_when_cheaper, user 2 pays its 60 bytes of messages.
+  copies, sent, resynced, messages = _catch_up(
+      [1, 1, 1, 2], round_num=3, ring=_ring([2, 1]),
+      resync_when_cheaper=False,
+  )
+  np.testing.assert_array_equal(copies[:, 0, 0], [5.0, 5.0, 5.0, 3.0])
+  np.testing.assert_array_equal(sent, [20, 40, 60, 40])
+  assert not np.any(resynced)
 
 
 def test_catch_up_replacing_takes_the_latest_message_only():

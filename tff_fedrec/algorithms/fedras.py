@@ -52,7 +52,9 @@ Interpretations of the paper:
     N (1 - CR) = 105 for ML-100K at CR = 93.75%.
   - A client away from rounds catches up on every message it missed, up to
     H = `catch_up_rounds` rounds kept by the server, and downloads the
-    server's table in full beyond that; its download bytes count them all.
+    server's table in full beyond that, or (`resync_when_cheaper`, the
+    default) as soon as the missed messages cost more bytes than the
+    table; its download bytes count them all.
     Algorithm 1 shows one message per round, as if every client were
     present every round.
   - FedRAS-E uploads clustered trained embeddings; the server sets each
@@ -336,6 +338,7 @@ def build_fedras(
     ablation: Optional[str] = None,
     compression_rate_range: Optional[tuple[float, float]] = None,
     catch_up_rounds: int = compressed_exchange.DEFAULT_CATCH_UP_ROUNDS,
+    resync_when_cheaper: bool = True,
     num_iterations: int = action_clustering.DEFAULT_LLOYD_ITERATIONS,
 ) -> CompressedMethod:
   """Builds FedRAS (module docstring) on FedMF (`model='mf'`) or FedNCF.
@@ -350,6 +353,8 @@ def build_fedras(
     ablation: None, 'E', 'F' (alpha = 0) or 'T' (Sec. 5.4.1).
     compression_rate_range: (low, high): heterogeneous e_u (Sec. 5.5).
     catch_up_rounds: H, how many rounds of messages the server keeps.
+    resync_when_cheaper: a returning client downloads the table when its
+      missed messages would cost more (`compressed_exchange.catch_up`).
     num_iterations: Lloyd steps of every k-means.
   """
   if ablation is not None and ablation not in ABLATIONS:
@@ -379,6 +384,7 @@ def build_fedras(
       exchange_embeddings=ablation == 'E',
       normalization='clients' if ablation == 'T' else 'participation',
       catch_up_rounds=catch_up_rounds,
+      resync_when_cheaper=resync_when_cheaper,
       item_aggregator=item_aggregator,
       model_aggregator=model_aggregator,
   )
@@ -423,6 +429,7 @@ def build_compressed_baseline(
     model: str = 'mf',
     compression_rate: float = 0.9375,
     catch_up_rounds: int = compressed_exchange.DEFAULT_CATCH_UP_ROUNDS,
+    resync_when_cheaper: bool = True,
 ) -> CompressedMethod:
   """Topk, SVD or CoLR of Sec. 5.1 (`scheme` 'top_k', 'svd' or 'colr').
 
@@ -449,6 +456,7 @@ def build_compressed_baseline(
       downlink_codec=downlink_codec,
       normalization='clients',
       catch_up_rounds=catch_up_rounds,
+      resync_when_cheaper=resync_when_cheaper,
       item_aggregator=item_aggregator,
       model_aggregator=model_aggregator,
   )

@@ -90,8 +90,10 @@ class _Reference:
 
   def __init__(self, method, *, scheme, downlink_parameter=None, alpha=0.2,
                normalization='participation', embeddings=False,
-               catch_up_rounds=compressed_exchange.DEFAULT_CATCH_UP_ROUNDS):
+               catch_up_rounds=compressed_exchange.DEFAULT_CATCH_UP_ROUNDS,
+               resync_when_cheaper=True):
     self.spec = method.spec
+    self.resync_when_cheaper = resync_when_cheaper
     params = tf.nest.map_structure(np.copy, method.initial_parameters)
     self.table = params['item_embedding']
     self.theta = collections.OrderedDict(
@@ -210,7 +212,7 @@ class _Reference:
       return dense
     missed = [self.messages[r](bandwidth) for r in range(start, round_num)]
     sent = sum(message_bytes for _, message_bytes in missed)
-    if sent > dense:
+    if self.resync_when_cheaper and sent > dense:
       self.copy[user] = self.table.copy()
       self.resynced.append(user)
       return dense
@@ -482,25 +484,34 @@ def test_clients_away_longer_than_the_kept_rounds_download_the_table():
   assert not np.allclose(copies[1]['item_copy'], copies[0]['item_copy'])
 
 
-def test_clients_whose_missed_messages_cost_more_download_the_table():
+@pytest.mark.parametrize('resync_when_cheaper', [True, False])
+def test_clients_whose_missed_messages_cost_more_download_the_table(
+    resync_when_cheaper
+):
   method = fedras.build_fedras(
       num_items=_NUM_ITEMS, embedding_dim=_DIM, training=_TRAINING,
-      compression_rate=_RATE,
+      compression_rate=_RATE, resync_when_cheaper=resync_when_cheaper,
   )
-  reference = _Reference(method, scheme='fedras')
+  reference = _Reference(
+      method, scheme='fedras', resync_when_cheaper=resync_when_cheaper
+  )
   # A message of 4 or 5 actions costs 4 x 4 c + 24 = 88 or 104 bytes, the
   # table 4 x 24 x 4 = 384. Round 6: user 0 missed rounds 4 and 5 (at
   # most 208 bytes) and applies them; user 4 missed rounds 1-5 (at least
-  # 440 bytes), well within H = 32 rounds, and downloads the table.
+  # 440 bytes), well within H = 32 rounds, and downloads the table, or
+  # (without resync_when_cheaper) applies the five messages.
   _, store = _run_and_compare(
       method, reference,
       schedule=([0, 4], [1], [2], [0, 1], [2], [3], [0, 4]),
   )
   assert method.bandwidths.expected_groups == 4
   assert reference.history == compressed_exchange.DEFAULT_CATCH_UP_ROUNDS
-  assert reference.resynced == [4]
+  assert reference.resynced == ([4] if resync_when_cheaper else [])
   copies = store.local_parameters([0, 4])
-  assert not np.allclose(copies[0]['item_copy'], copies[1]['item_copy'])
+  # Applying every message, both copies hold messages 0-5 at the same
+  # bandwidth; user 4's resync gave it the server's table instead.
+  same = np.allclose(copies[0]['item_copy'], copies[1]['item_copy'])
+  assert same == (not resync_when_cheaper)
 
 
 def test_heterogeneous_bandwidths_match_the_reference():

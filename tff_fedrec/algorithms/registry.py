@@ -10,7 +10,8 @@ builder takes (spec, config, seed) and returns a `hetefedrec.HeteroMethod`.
 
 `COMPRESSED_METHODS` (FedRAS and its baselines, leave-one-out): the keyword
 arguments of `METHODS` plus model ('mf' | 'ncf'), compression_rate and, for
-some, catch_up_rounds, alpha and compression_rate_range (`fedras`).
+some, catch_up_rounds, resync_when_cheaper, alpha and
+compression_rate_range (`fedras`).
 
 Adding a method is one module and one line here.
 """
