@@ -572,8 +572,11 @@ def _compression_arguments() -> dict:
   model = _MODEL.value or 'mf'
   if model not in ('mf', 'ncf'):
     raise FlagError(f'{method} takes --model=mf or --model=ncf.')
-  if not 0 < _COMPRESSION_RATE.value < 1:
-    raise FlagError('--compression_rate must be in (0, 1).')
+  if not 0 <= _COMPRESSION_RATE.value < 1:
+    raise FlagError(
+        '--compression_rate must be in [0, 1); 0 is the least compression '
+        'the format allows (Table 4\'s "Excellent").'
+    )
   arguments = {'model': model, 'compression_rate': _COMPRESSION_RATE.value}
   if method != 'base_small_dim':
     arguments['catch_up_rounds'] = _CATCH_UP_ROUNDS.value
