@@ -132,6 +132,26 @@ def _structure_type(structure, leading=()) -> tff.Type:
   )
 
 
+def _missed_message_bytes(codec, message_of, synced, round_num, history,
+                          bandwidth):
+  """int64 [U]: what the messages of rounds s_u .. t-1 kept in the ring
+  would cost each user (`codec.message_bytes`, no decode); only compared
+  with the table for users within `history` rounds."""
+
+  def add_round(r, cost):
+    message_bytes = codec.message_bytes(message_of(r), bandwidth)
+    return r + 1, cost + tf.where(
+        synced <= r, message_bytes, tf.zeros_like(message_bytes)
+    )
+
+  _, cost = tf.while_loop(
+      lambda r, _: r < round_num, add_round,
+      (tf.maximum(round_num - history, tf.reduce_min(synced)),
+       tf.zeros_like(synced, tf.int64)),
+  )
+  return cost
+
+
 def catch_up(codec, *, replaces: bool, history: int, copy, synced, round_num,
              downlink, table, bandwidth, resync_when_cheaper: bool = True):
   """Step 1 of the module docstring for a group of U users (Alg. 1 l. 24).
@@ -180,28 +200,18 @@ def catch_up(codec, *, replaces: bool, history: int, copy, synced, round_num,
     resync = tf.zeros_like(synced, tf.bool)
     first = tf.maximum(round_num - 1, tf.reduce_min(synced))
   else:
-    away = round_num - synced > history
-    first = tf.maximum(
-        round_num - history,
-        tf.reduce_min(tf.where(away, round_num, synced)),
-    )
-
-    def add_cost(r, cost):
-      message_bytes = codec.message_bytes(message_of(r), bandwidth)
-      return r + 1, cost + tf.where(
-          synced <= r, message_bytes, tf.zeros_like(message_bytes)
-      )
-
-    _, cost = tf.while_loop(
-        lambda r, _: r < round_num, add_cost,
-        (first, tf.zeros_like(synced, tf.int64)),
-    )
-    resync = away
+    resync = round_num - synced > history
     if resync_when_cheaper:
-      resync = tf.logical_or(away, cost > dense)
+      resync = tf.logical_or(
+          resync,
+          _missed_message_bytes(
+              codec, message_of, synced, round_num, history, bandwidth
+          ) > dense,
+      )
     copy = tf.where(resync[:, tf.newaxis, tf.newaxis], table, copy)
     first = tf.maximum(
-        first, tf.reduce_min(tf.where(resync, round_num, synced))
+        round_num - history,
+        tf.reduce_min(tf.where(resync, round_num, synced)),
     )
   sent = tf.where(resync, dense, tf.constant(0, tf.int64))
 
