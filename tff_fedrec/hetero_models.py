@@ -51,9 +51,9 @@ class HeteroSpec:
       vectors u' it is a neighbour in. False: u' treats sum_j v_j as a
       constant in training (`tf.stop_gradient`), so items learn as
       candidates only; scores are unchanged. With the 4:1 binary
-      cross-entropy of Sec. V.D, the neighbour path drags every user's own
-      positives, the popular items, towards lower candidate scores (README,
-      Fed-LightGCN).
+      cross-entropy of Sec. V.D, training through the neighbour path made
+      Fed-LightGCN rank below random for a while (README, Fed-LightGCN:
+      measured with and without it).
   """
 
   num_items: int
