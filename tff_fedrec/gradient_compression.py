@@ -269,9 +269,10 @@ def colr_encode(rows: tf.Tensor, projection: tf.Tensor) -> tf.Tensor:
   """A [n, r] minimising ||A B - rows||_F, for a given gradient.
 
   A = rows B^T (B B^T)^-1, the projection of each row onto B's row space.
-  CoLR clients train A directly; this is the encoder of an already
-  computed gradient, e.g. to measure a scheme's information loss (FedRAS
-  Table 3). It returns A_0 exactly when rows = A_0 B and B has full rank
+  CoLR clients train A through the loss (`colr_gradient_map`), so their
+  update already lies in that row space and this returns its A; on an
+  already computed gradient it is the least-squares encoder, e.g. to
+  measure a scheme's information loss (FedRAS Table 3). It returns A_0 exactly when rows = A_0 B and B has full rank
   r <= d.
 
   Args:
@@ -283,6 +284,39 @@ def colr_encode(rows: tf.Tensor, projection: tf.Tensor) -> tf.Tensor:
   return tf.transpose(
       tf.linalg.solve(gram, tf.matmul(projection, rows, transpose_b=True))
   )
+
+
+def colr_gradient_map(projection: tf.Tensor) -> tf.Tensor:
+  """M [d, d]: how a CoLR client's training moves an item row.
+
+  CoLR (Nguyen et al., WWW 2024) trains the A [n, r] of its update A B
+  through the loss, B [r, d] fixed for the round. An SGD step on A, whose
+  gradient is G B^T (G = dL/dQ, [n, d]), moves the rows by
+  Delta A B = -lr G B^T B. The authors' public code draws B with
+  orthonormal rows scaled by sqrt(d / r) (B B^T = (d / r) I_r) and scales
+  A's gradient by sqrt(r / d), so a step moves the rows by -lr G M with
+
+    M = sqrt(d / r) P,   P = B^T (B B^T)^-1 B,
+
+  P the orthogonal projection onto B's row space: in expectation over a
+  random B, a step as long as the dense step (E ||G P||^2 = (r / d)
+  ||G||^2), along r directions. M depends on B through its row space only,
+  so the first r rows of `colr_round_factor` give the M of an orthonormal
+  factor with that row space. Training with this map
+  (`local_training.train_users_locally(item_gradient_maps=...)`) keeps
+  the update in B's row space, where `colr_encode` recovers A exactly.
+
+  Args:
+    projection: B, float32 [r, d] of rank r <= d.
+  """
+  projection = tf.convert_to_tensor(projection, tf.float32)
+  rank = tf.cast(tf.shape(projection)[0], tf.float32)
+  dim = tf.cast(tf.shape(projection)[1], tf.float32)
+  gram = tf.matmul(projection, projection, transpose_b=True)
+  orthogonal = tf.matmul(
+      projection, tf.linalg.solve(gram, projection), transpose_a=True
+  )
+  return tf.sqrt(dim / rank) * orthogonal
 
 
 def colr_decode(a: tf.Tensor, projection: tf.Tensor) -> tf.Tensor:

@@ -228,6 +228,38 @@ def test_colr_encode_is_the_least_squares_a():
   np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
 
 
+def test_colr_gradient_map_is_the_step_of_training_a_on_the_authors_factor():
+  """One SGD step on A, B orthonormal rows scaled by sqrt(d / r) and A's
+  gradient scaled by sqrt(r / d) (CoLR's public code), moves the rows by
+  -lr G M for M of any factor with B's row space."""
+  rank, dim, lr = 2, 5, 0.3
+  rng = np.random.default_rng(3)
+  grads = rng.normal(size=[7, dim])
+  orthonormal = np.linalg.qr(rng.normal(size=[dim, rank]))[0].T
+  authors_b = np.sqrt(dim / rank) * orthonormal
+  a_step = -lr * np.sqrt(rank / dim) * grads @ authors_b.T
+  gaussian_b = rng.normal(size=[rank, rank]) @ orthonormal  # same row space
+
+  got = gradient_compression.colr_gradient_map(gaussian_b.astype(np.float32))
+
+  np.testing.assert_allclose(
+      -lr * grads @ got.numpy(), a_step @ authors_b, rtol=1e-4, atol=1e-5
+  )
+  # sqrt(d / r) times the orthogonal projection: symmetric, M M = sqrt(d/r) M.
+  np.testing.assert_allclose(got, np.transpose(got), atol=1e-5)
+  np.testing.assert_allclose(
+      got.numpy() @ got.numpy(), np.sqrt(dim / rank) * got.numpy(), atol=1e-4
+  )
+
+
+def test_colr_gradient_map_of_a_full_rank_factor_is_the_identity():
+  factor = gradient_compression.colr_round_factor(_SEED, 6)
+
+  np.testing.assert_allclose(
+      gradient_compression.colr_gradient_map(factor), np.eye(6), atol=1e-4
+  )
+
+
 def test_item_participation_mean_matches_numpy():
   updates = _random_rows(6, [4, 6, 3])
   participation = np.random.default_rng(7).random([4, 6]) < 0.5

@@ -14,7 +14,10 @@ reference code's `BCELoss` does. The item embedding has its own learning rate:
 the reference code uses lr * num_items * 80 for it (see the README).
 
 Item rows are updated sparsely: only the rows of the batch's items change
-(duplicates accumulate, as PyTorch's embedding gradient does).
+(duplicates accumulate, as PyTorch's embedding gradient does). With
+`item_gradient_maps` M_u [d, d], user u's row gradients G become G M_u
+before the step: CoLR trains its low-rank update through the loss that way
+(`gradient_compression.colr_gradient_map`).
 
 `train_users_locally` trains U clients at once, each on its own copy of every
 parameter (leading dimension [U]): user u's batch b holds its own examples
@@ -25,7 +28,7 @@ ops, and the TFF client that runs them, are shared by U users.
 """
 
 import collections
-from typing import Any
+from typing import Any, Optional
 
 import tensorflow as tf
 
@@ -53,11 +56,13 @@ def _sgd_step(
     keys: tuple[str, ...],
     learning_rate: float,
     item_learning_rate: float,
+    item_gradient_maps=None,
 ):
   """One SGD step of every user on `params[k]`, k in `keys`.
 
   Returns (params, per-user losses [U]). The users' losses depend on their
   own parameters only, so the gradient of their sum is each user's gradient.
+  `item_gradient_maps` (float32 [U, d, d] or None): see the module docstring.
   """
   rows = tf.gather(params['item_embedding'], batch_items, batch_dims=1)
   dense_keys = [k for k in keys if k != 'item_embedding']
@@ -74,6 +79,8 @@ def _sgd_step(
         lambda v, g: v - learning_rate * g, value, grad
     )
   if 'item_embedding' in keys:
+    if item_gradient_maps is not None:
+      row_grads = tf.einsum('ubd,ude->ube', row_grads, item_gradient_maps)
     num_users = tf.shape(batch_items)[0]
     user_index = tf.broadcast_to(
         tf.range(num_users)[:, None], tf.shape(batch_items)
@@ -125,6 +132,7 @@ def train_users_locally(
     item_learning_rate: float,
     alternating: bool,
     shuffle_seeds: tf.Tensor,
+    item_gradient_maps: Optional[tf.Tensor] = None,
 ) -> LocalTrainingResult:
   """Runs `local_epochs` epochs of minibatch SGD for U users at once.
 
@@ -139,6 +147,8 @@ def train_users_locally(
     batch_size, local_epochs, learning_rate, item_learning_rate, alternating:
       see the module docstring.
     shuffle_seeds: int64 [U, 2]; epoch e > 0 reshuffles with seed + e.
+    item_gradient_maps: float32 [U, d, d] or None (the identity); user u's
+      item-row gradients are multiplied by its map before every step.
 
   Returns:
     `LocalTrainingResult(parameters, loss_sum [U], num_examples [U])`;
@@ -161,16 +171,16 @@ def train_users_locally(
       if alternating and local_keys:
         params, _ = _sgd_step(
             spec, params, batch_items, batch_labels, mask, local_keys,
-            learning_rate, item_learning_rate,
+            learning_rate, item_learning_rate, item_gradient_maps,
         )
         params, losses = _sgd_step(
             spec, params, batch_items, batch_labels, mask, spec.global_keys,
-            learning_rate, item_learning_rate,
+            learning_rate, item_learning_rate, item_gradient_maps,
         )
       else:
         params, losses = _sgd_step(
             spec, params, batch_items, batch_labels, mask, spec.keys,
-            learning_rate, item_learning_rate,
+            learning_rate, item_learning_rate, item_gradient_maps,
         )
       loss_sum += losses * tf.reduce_sum(mask, axis=1)
   return LocalTrainingResult(
@@ -192,11 +202,13 @@ def train_locally(
     item_learning_rate: float,
     alternating: bool,
     shuffle_seed: tf.Tensor,
+    item_gradient_map: Optional[tf.Tensor] = None,
 ) -> LocalTrainingResult:
   """One client's local training: `train_users_locally` with U = 1.
 
   `params` are one user's (no leading dimension), `items` int32 [n] index its
-  `item_embedding`, `labels` float32 [n], `shuffle_seed` int64 [2]. The first
+  `item_embedding`, `labels` float32 [n], `shuffle_seed` int64 [2],
+  `item_gradient_map` float32 [d, d] or None. The first
   epoch visits the examples in the given order (the program shuffles them
   when it draws the round's negatives). Returns scalars `loss_sum` and
   `num_examples` (n x local_epochs).
@@ -214,5 +226,9 @@ def train_locally(
       item_learning_rate=item_learning_rate,
       alternating=alternating,
       shuffle_seeds=add_user_dim(shuffle_seed),
+      item_gradient_maps=(
+          None if item_gradient_map is None
+          else add_user_dim(item_gradient_map)
+      ),
   )
   return tf.nest.map_structure(lambda t: t[0], result)

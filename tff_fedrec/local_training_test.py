@@ -253,6 +253,34 @@ def test_duplicate_items_in_a_batch_accumulate_gradients():
   )
 
 
+def test_item_gradient_map_multiplies_the_row_gradients_only():
+  # One example (item 2, label 1), joint step: dL/dz = s - 1 with
+  # s = sigmoid(<p, q>); q' = q - lr_item (s - 1) p M, p' = p - lr (s - 1) q.
+  spec = _SPECS['matrix_factorization']
+  params = _initial_params(spec)
+  gradient_map = np.random.default_rng(4).normal(size=[_DIM, _DIM])
+  p = params['user_embedding'].astype(np.float64)
+  q = params['item_embedding'][2].astype(np.float64)
+  s = 1 / (1 + np.exp(-p @ q))
+
+  result = local_training.train_locally(
+      spec, params, tf.constant([2]), tf.constant([1.0]),
+      batch_size=_BATCH_SIZE, local_epochs=1, learning_rate=_LEARNING_RATE,
+      item_learning_rate=_ITEM_LEARNING_RATE, alternating=False,
+      shuffle_seed=tf.constant([0, 0], tf.int64),
+      item_gradient_map=tf.constant(gradient_map, tf.float32),
+  )
+
+  np.testing.assert_allclose(
+      result.parameters['item_embedding'][2],
+      q - _ITEM_LEARNING_RATE * (s - 1) * p @ gradient_map, rtol=1e-5,
+  )
+  np.testing.assert_allclose(
+      result.parameters['user_embedding'], p - _LEARNING_RATE * (s - 1) * q,
+      rtol=1e-5,
+  )
+
+
 def test_alternating_step_on_matrix_factorization_by_hand():
   # One example (item 2, label 1), z = <p, q>, dL/dz = s - 1, s = sigmoid(z).
   # Line 9:  p' = p - lr (s - 1) q           (q fixed)

@@ -375,6 +375,28 @@ def test_colr_projects_onto_the_first_rows_of_the_shared_factor():
   )
 
 
+def test_only_colr_shapes_training_each_user_at_its_rank():
+  # Budgets as above: r_u = 2, d, d.
+  bandwidth = np.array([3, 2, 9], np.int32)
+  num_rows = np.array([5, 2, 4], np.int32)
+  factor = gradient_compression.colr_round_factor(_SHARED_SEED, _DIM)
+
+  maps = row_codecs.Colr().training_gradient_map(
+      num_rows, bandwidth, _DIM, _SHARED_SEED
+  )
+
+  np.testing.assert_allclose(
+      maps[0], gradient_compression.colr_gradient_map(factor[:2]), atol=1e-5
+  )
+  np.testing.assert_allclose(maps[1:], np.stack([np.eye(_DIM)] * 2),
+                             atol=1e-4)
+  for codec in (row_codecs.ClusteredActions(), row_codecs.TopK(),
+                row_codecs.Svd()):
+    assert codec.training_gradient_map(
+        num_rows, bandwidth, _DIM, _SHARED_SEED
+    ) is None
+
+
 def test_a_user_within_its_bandwidth_round_trips_when_its_rows_fit():
   """T_u <= e_u: FedRAS sends the rows as they are, for 4 T_u d + T_u
   index bytes. CoLR at r_u = d costs 4 T_u d and is exact for any rows.

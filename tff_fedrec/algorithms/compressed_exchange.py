@@ -17,7 +17,8 @@ of all item embeddings"). Round t:
     2. train p_u, the rows of Q_u of its items and the scoring model theta
        by SGD for tau local epochs (lines 28-31;
        `local_training.train_users_locally` on a compact table of the
-       user's items);
+       user's items; CoLR's item rows train in the round's low-rank
+       subspace, `row_codecs.Colr.training_gradient_map`);
     3. upload Delta Q_u = Q_u^(t,tau) - Q_u^(t) on its items through the
        item aggregator, which encodes it (lines 33-35; FedRAS's clustered
        actions by default, `aggregators.clustered_actions`), and the theta
@@ -251,7 +252,8 @@ def build_compressed_exchange_process(
     spec: FedMF or FedNCF with a global MLP (`personal_score_layers=False`).
     initial_params: `models.initial_parameters(spec, seed)`.
     training: local SGD; `dual_personalization` and LDP must be off.
-    upload_codec: a `row_codecs` codec, used by the default item aggregator.
+    upload_codec: a `row_codecs` codec: its `training_gradient_map` shapes
+      local training, and the default item aggregator encodes with it.
     downlink_codec: a `downlink_codecs` codec for the server's message.
     exchange_embeddings: FedRAS-E: rows and messages carry embeddings, the
       client replaces its copy (module docstring).
@@ -364,6 +366,10 @@ def build_compressed_exchange_process(
         item_learning_rate=training.item_learning_rate,
         alternating=False,
         shuffle_seeds=data['seeds'],
+        item_gradient_maps=upload_codec.training_gradient_map(
+            data['num_rows'], data['bandwidth'], dim,
+            round_seed(seed, round_num),
+        ),
     )
     new_global, new_local = models.split_parameters(spec, result.parameters)
     trained_rows = new_global['item_embedding']

@@ -67,9 +67,11 @@ Interpretations of the paper:
     so measured uplink rates match FedRAS's. A k or rank picked for the
     [N, d] table and used on a user's T_u rows uploads about a third of
     FedRAS's bytes.
-  - CoLR's client projects its trained update onto the round's shared B
-    (least squares, `gradient_compression.colr_encode`) instead of training
-    A through the loss.
+  - CoLR's client trains A through the loss as the authors' public code
+    does: its item-row gradients are mapped into the row space of the
+    round's shared B, scaled by sqrt(d / r_u)
+    (`gradient_compression.colr_gradient_map`); unlike that code, the
+    baselines aggregate by FedAvg, as the paper compares them.
   - NCF's three feedforward layers of 64, 32 and 16 units are the hidden
     layers of the MLP on [p_u; q_i] (`NCF_HIDDEN_UNITS`), before the
     output layer.

@@ -118,6 +118,17 @@ class _Reference:
   def _round_seed(self, round_num):
     return np.array([0, round_num], np.int64)
 
+  def _gradient_map(self, num_rows, bandwidth, round_num):
+    """CoLR trains A through the loss: its item gradients move in the row
+    space of the first r_u rows of the round's B; None for the others."""
+    if self.scheme != 'colr':
+      return None
+    rank = _upload_parameter('colr', num_rows, _DIM, bandwidth)
+    projection = gradient_compression.colr_projection(
+        self._round_seed(round_num), _DIM, _DIM
+    )[:rank]
+    return gradient_compression.colr_gradient_map(projection)
+
   def _upload(self, rows, bandwidth, seed, round_num):
     """Decoded rows and bytes of one user's message."""
     n, d = rows.shape
@@ -152,6 +163,8 @@ class _Reference:
         decoded = gradient_compression.colr_decode(
             gradient_compression.colr_encode(rows, projection), projection
         )
+        # Trained through the loss, the update lies in B_r's row space.
+        np.testing.assert_allclose(decoded, rows, atol=1e-4)
     return np.asarray(decoded), sent
 
   def _download_message(self, payload, round_num):
@@ -234,6 +247,7 @@ class _Reference:
       copy = self.copy[user]
       global_part = collections.OrderedDict(item_embedding=copy)
       global_part.update(self.theta)
+      ids = np.unique(user_data['items'])
       result = local_training.train_locally(
           self.spec,
           models.merge_parameters(
@@ -248,9 +262,9 @@ class _Reference:
           item_learning_rate=_TRAINING.item_learning_rate,
           alternating=False,
           shuffle_seed=tf.constant(user_data['seed']),
+          item_gradient_map=self._gradient_map(len(ids), bandwidth, round_num),
       )
       trained = tf.nest.map_structure(np.asarray, result.parameters)
-      ids = np.unique(user_data['items'])
       rows = trained['item_embedding'][ids]
       if not self.embeddings:
         rows = rows - copy[ids]
