@@ -145,26 +145,34 @@ class ClusteredActions:
     self._num_iterations = num_iterations
 
   def encode(self, rows, num_rows, bandwidth, seeds, shared_seed):
-    """Messages of the group (class docstring); shared_seed is unused."""
+    """Messages of the group (class docstring); shared_seed is unused.
+    Each user clusters its own T_u rows, not the group's padding: k-means
+    costs time in proportion to the rows, and a group's T is its largest
+    T_u."""
     del shared_seed
     rows = _masked(rows, num_rows)
     dim = _width(rows)
     num_slots = tf.minimum(tf.shape(rows)[1], tf.reduce_max(bandwidth))
-    masks = tf.sequence_mask(num_rows, tf.shape(rows)[1])
+    padding = tf.shape(rows)[1] - num_rows
 
     def one_user(args):
-      user_rows, mask, user_bandwidth, seed = args
+      user_rows, count, user_padding, user_bandwidth, seed = args
       message = action_clustering.encode_actions(
-          user_rows, user_bandwidth, seed, row_mask=mask,
+          user_rows[:count], user_bandwidth, seed,
           num_iterations=self._num_iterations,
       )
-      count = tf.shape(message.actions)[0]
-      padded = tf.pad(message.actions, [[0, num_slots - count], [0, 0]])
-      return padded, count, message.action_index, message.compressed
+      actions = message.actions
+      padded = tf.pad(
+          actions, [[0, num_slots - tf.shape(actions)[0]], [0, 0]]
+      )
+      index = tf.pad(
+          message.action_index, [[0, user_padding]], constant_values=-1
+      )
+      return padded, tf.shape(actions)[0], index, message.compressed
 
     actions, counts, index, compressed = tf.map_fn(
         one_user,
-        (rows, masks, tf.cast(bandwidth, tf.int32), seeds),
+        (rows, num_rows, padding, tf.cast(bandwidth, tf.int32), seeds),
         fn_output_signature=(
             tf.TensorSpec([None, dim], tf.float32),
             tf.TensorSpec([], tf.int32),
