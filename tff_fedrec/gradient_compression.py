@@ -234,10 +234,10 @@ def low_rank_decode(message: LowRankMessage) -> tf.Tensor:
 def colr_projection(seed: tf.Tensor, rank, dim) -> tf.Tensor:
   """CoLR's fixed factor B [rank, dim] of a round, from the shared seed.
 
-  Entries N(0, 1 / rank): then E[B^T B] = I_d, so a gradient step on A
-  (Delta A = -lr G B^T, hence Delta Q = Delta A B = -lr G B^T B) moves the
-  item table by the dense step -lr G in expectation, and one learning
-  rate serves both. A fresh seed each round gives a fresh B.
+  Entries N(0, 1 / rank), so E[B^T B] = I_d. The scale enters neither
+  CoLR's messages nor its training: least squares (`colr_encode`) and the
+  training map (`colr_gradient_map`) depend on B's row space only. A
+  fresh seed each round gives a fresh B.
 
   Args:
     seed: int [2], the round's stateless seed, shared by server and clients.
