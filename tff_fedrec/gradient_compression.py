@@ -272,8 +272,8 @@ def colr_encode(rows: tf.Tensor, projection: tf.Tensor) -> tf.Tensor:
   CoLR clients train A through the loss (`colr_gradient_map`), so their
   update already lies in that row space and this returns its A; on an
   already computed gradient it is the least-squares encoder, e.g. to
-  measure a scheme's information loss (FedRAS Table 3). It returns A_0 exactly when rows = A_0 B and B has full rank
-  r <= d.
+  measure a scheme's information loss (FedRAS Table 3). It returns A_0
+  exactly when rows = A_0 B and B has full rank r <= d.
 
   Args:
     rows: float32 [n, d].
@@ -311,12 +311,12 @@ def colr_gradient_map(projection: tf.Tensor) -> tf.Tensor:
   """
   projection = tf.convert_to_tensor(projection, tf.float32)
   rank = tf.cast(tf.shape(projection)[0], tf.float32)
-  dim = tf.cast(tf.shape(projection)[1], tf.float32)
-  gram = tf.matmul(projection, projection, transpose_b=True)
-  orthogonal = tf.matmul(
-      projection, tf.linalg.solve(gram, projection), transpose_a=True
+  dim = tf.shape(projection)[1]
+  # P is the least-squares fit of the identity's rows: P = I B^T (B B^T)^-1 B.
+  orthogonal = colr_decode(
+      colr_encode(tf.eye(dim), projection), projection
   )
-  return tf.sqrt(dim / rank) * orthogonal
+  return tf.sqrt(tf.cast(dim, tf.float32) / rank) * orthogonal
 
 
 def colr_decode(a: tf.Tensor, projection: tf.Tensor) -> tf.Tensor:

@@ -150,7 +150,6 @@ class ClusteredActions:
     costs time in proportion to the rows, and a group's T is its largest
     T_u."""
     del shared_seed
-    rows = _masked(rows, num_rows)
     dim = _width(rows)
     num_slots = tf.minimum(tf.shape(rows)[1], tf.reduce_max(bandwidth))
     padding = tf.shape(rows)[1] - num_rows
