@@ -118,16 +118,21 @@ class _Reference:
   def _round_seed(self, round_num):
     return np.array([0, round_num], np.int64)
 
+  def _colr_factor(self, rank, round_num):
+    """The first `rank` rows of the round's CoLR factor B [d, d]."""
+    return gradient_compression.colr_projection(
+        self._round_seed(round_num), _DIM, _DIM
+    )[:rank]
+
   def _gradient_map(self, num_rows, bandwidth, round_num):
     """CoLR trains A through the loss: its item gradients move in the row
     space of the first r_u rows of the round's B; None for the others."""
     if self.scheme != 'colr':
       return None
     rank = _upload_parameter('colr', num_rows, _DIM, bandwidth)
-    projection = gradient_compression.colr_projection(
-        self._round_seed(round_num), _DIM, _DIM
-    )[:rank]
-    return gradient_compression.colr_gradient_map(projection)
+    return gradient_compression.colr_gradient_map(
+        self._colr_factor(rank, round_num)
+    )
 
   def _upload(self, rows, bandwidth, seed, round_num):
     """Decoded rows and bytes of one user's message."""
@@ -156,10 +161,7 @@ class _Reference:
             gradient_compression.svd_encode(rows, parameter)
         )
       else:
-        # The first r rows of the round's B [d, d].
-        projection = gradient_compression.colr_projection(
-            self._round_seed(round_num), d, d
-        )[:parameter]
+        projection = self._colr_factor(parameter, round_num)
         decoded = gradient_compression.colr_decode(
             gradient_compression.colr_encode(rows, projection), projection
         )
