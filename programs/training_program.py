@@ -16,9 +16,11 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 from absl import app
 from absl import flags
 from absl import logging
+import numpy as np
 
 from tff_fedrec import atomic_files
 from tff_fedrec import hetero_models
+from tff_fedrec import tiers
 from tff_fedrec.algorithms import hetefedrec
 from tff_fedrec.algorithms import partially_local
 from tff_fedrec.algorithms import registry
@@ -127,8 +129,9 @@ _EVAL_EVERY = flags.DEFINE_integer(
 )
 _TIER_RATIO = flags.DEFINE_list(
     'tier_ratio', ['5', '3', '2'],
-    'Tiered methods: small:medium:large shares of users by training data '
-    'size (HeteFedRec Table VI: 5,3,2 / 1,1,1 / 2,3,5).',
+    'Tiered methods (and FedRAS with --tier_compression_rates): '
+    'small:medium:large shares of users by training data size (HeteFedRec '
+    'Table VI: 5,3,2 / 1,1,1 / 2,3,5).',
 )
 _TIER_WIDTHS = flags.DEFINE_list(
     'tier_widths', ['8', '16', '32'],
@@ -161,6 +164,13 @@ _COMPRESSION_RATE_RANGE = flags.DEFINE_list(
     'compression_rate_range', [],
     'FedRAS: LOW,HIGH; each user draws its own rate, hence its bandwidth '
     '(Sec. 5.5, Table 4).',
+)
+_TIER_COMPRESSION_RATES = flags.DEFINE_list(
+    'tier_compression_rates', [],
+    'FedRAS: SMALL,MEDIUM,LARGE, a requested rate per tier. Users are split '
+    'into tiers by training interactions with --tier_ratio (fewest first), '
+    'and each user\'s bandwidth e_u follows its tier\'s rate, e.g. '
+    '0.97,0.9375,0.8.',
 )
 _CATCH_UP_ROUNDS = flags.DEFINE_integer(
     'catch_up_rounds', 32,
@@ -535,7 +545,7 @@ def _prepare_leave_one_out(data_config, summary_fields):
       checkpoint_every=_CHECKPOINT_EVERY.value,
       users_per_client=_USERS_PER_TFF_CLIENT.value,
   )
-  compression = _compression_arguments()
+  compression = _compression_arguments(np.diff(data.train_offsets))
   method = registry.get_builder(_METHOD.value)(
       num_items=data.num_items,
       embedding_dim=_EMBEDDING_DIM.value,
@@ -556,12 +566,28 @@ def _prepare_leave_one_out(data_config, summary_fields):
       'hidden_units': list(method.spec.hidden_units),
   }
   if compression:
-    summary_fields['config']['compression'] = compression
+    summary_fields['config']['compression'] = {
+        key: value for key, value in compression.items()
+        if key != 'user_compression_rates'
+    }
+  if 'user_compression_rates' in compression:
+    rates = compression['user_compression_rates']
+    tier_rates = sorted(set(rates.tolist()), reverse=True)
+    summary_fields['config']['compression']['users_per_tier_rate'] = {
+        f'{rate:g}': int(np.sum(rates == rate)) for rate in tier_rates
+    }
+    description += ' Bandwidths e_u per tier: ' + ', '.join(
+        f'rate {rate:g} -> {method.bandwidths([int(np.argmax(rates == rate))])[0]}'
+        f' rows ({int(np.sum(rates == rate))} users)'
+        for rate in tier_rates
+    ) + '.'
   return data, method, loop_config, training_loop.TrainingRun, description
 
 
-def _compression_arguments() -> dict:
-  """The extra builder arguments of FedRAS and its baselines."""
+def _compression_arguments(train_counts: np.ndarray) -> dict:
+  """The extra builder arguments of FedRAS and its baselines;
+  `train_counts` [U] (each user's training interactions) places users in
+  the tiers of --tier_compression_rates."""
   method = _METHOD.value
   if method not in registry.COMPRESSED_METHODS:
     if _MODEL.value is not None and method not in registry.HETERO_METHODS:
@@ -592,9 +618,46 @@ def _compression_arguments() -> dict:
             '--compression_rate_range takes LOW,HIGH, e.g. 0.9,0.97.'
         ) from None
       arguments['compression_rate_range'] = (low, high)
-  elif _COMPRESSION_RATE_RANGE.value:
-    raise FlagError('--compression_rate_range applies to fedras only.')
+    if _TIER_COMPRESSION_RATES.value:
+      arguments['user_compression_rates'] = _tier_compression_rates(
+          train_counts
+      )
+  elif _COMPRESSION_RATE_RANGE.value or _TIER_COMPRESSION_RATES.value:
+    raise FlagError(
+        '--compression_rate_range and --tier_compression_rates apply to '
+        'fedras only (the baselines give every client one rate, Sec. 5.1).'
+    )
   return arguments
+
+
+def _tier_compression_rates(train_counts: np.ndarray) -> np.ndarray:
+  """float [U]: each user's rate from --tier_compression_rates, its tier
+  by training interactions and --tier_ratio (`tiers`)."""
+  if _COMPRESSION_RATE_RANGE.value:
+    raise FlagError(
+        '--tier_compression_rates and --compression_rate_range both set '
+        'per-user bandwidths; give one of them.'
+    )
+  try:
+    rates = np.asarray(
+        [float(v) for v in _TIER_COMPRESSION_RATES.value], np.float64
+    )
+  except ValueError:
+    raise FlagError(
+        '--tier_compression_rates takes SMALL,MEDIUM,LARGE rates, e.g. '
+        f'0.97,0.9375,0.8; got {_TIER_COMPRESSION_RATES.value}.'
+    ) from None
+  if rates.shape != (3,) or not np.all((rates >= 0) & (rates < 1)):
+    raise FlagError(
+        '--tier_compression_rates needs 3 rates in [0, 1) (small, medium, '
+        f'large); got {_TIER_COMPRESSION_RATES.value}.'
+    )
+  ratio = _int_list('tier_ratio', _TIER_RATIO.value)
+  try:
+    tier_of_user = tiers.assign_tiers_by_interactions(train_counts, ratio)
+  except ValueError as error:
+    raise FlagError(f'--tier_ratio: {error}') from None
+  return rates[tier_of_user]
 
 
 def prepare_run(*, log: Callable[[str], None] = print) -> PreparedRun:

@@ -15,6 +15,7 @@ import uuid
 
 import pytest
 
+from tff_fedrec import gradient_compression
 from tff_fedrec.algorithms import registry
 
 _SMALL_RUN = [
@@ -243,6 +244,13 @@ def test_killed_run_resumes_to_the_same_result_as_an_uninterrupted_run(
          '--users_per_tff_client'),
         (['--method=hetefedrec', '--dataset=synthetic',
           '--nolightgcn_neighbor_gradient'], '--model=lightgcn only'),
+        (['--method=topk', '--dataset=synthetic',
+          '--tier_compression_rates=0.9,0.8,0.5'], 'fedras only'),
+        (['--method=fedras', '--dataset=synthetic',
+          '--tier_compression_rates=0.9,0.8'], 'needs 3 rates'),
+        (['--method=fedras', '--dataset=synthetic',
+          '--tier_compression_rates=0.9,0.8,0.5',
+          '--compression_rate_range=0.5,0.9'], 'give one of them'),
     ],
 )
 def test_bad_flags_fail_with_a_message_naming_the_problem(
@@ -267,6 +275,31 @@ def test_malformed_data_file_names_the_file_and_line(tmp_path):
   assert str(path) in result.stderr
   assert f'{path}:8:' in result.stderr
   assert 'Traceback' not in result.stderr
+
+
+def test_fedras_bandwidths_per_tier_follow_the_tier_ratio(tmp_path):
+  root_dir = str(tmp_path / 'run')
+  result = _run_program(
+      ['--method=fedras', *_SMALL_RUN, '--rounds=2', '--client_fraction=0.5',
+       '--tier_compression_rates=0.9,0.8,0.5', '--tier_ratio=5,3,2',
+       '--alpha=0.5', f'--root_dir={root_dir}']
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
+  with open(os.path.join(root_dir, 'summary.json')) as f:
+    summary = json.load(f)
+  # 60 users split 5:3:2 by training interactions, fewest first.
+  assert summary['config']['compression']['users_per_tier_rate'] == {
+      '0.9': 30, '0.8': 18, '0.5': 12
+  }
+  # Each tier's e_u is the action count of its rate on the run's items.
+  actions = lambda rate: gradient_compression.pick_parameter(
+      'fedras', summary['num_items'], 8, rate
+  )
+  assert actions(0.9) < actions(0.8) < actions(0.5)
+  assert (f'rate 0.9 -> {actions(0.9)} rows (30 users), rate 0.8 -> '
+          f'{actions(0.8)} rows (18 users), rate 0.5 -> {actions(0.5)} rows '
+          '(12 users)') in result.stdout
+  assert summary['rounds_completed'] == 2
 
 
 @pytest.mark.parametrize('method_flags', [

@@ -21,7 +21,8 @@ MLP, Sec. 5.1) and `compression_rate` (CR = 1 - bytes / dense bytes of the
   build_fedras  FedRAS; `ablation` 'E' (cluster embeddings, not gradients),
                 'F' (alpha = 0: fixed k), 'T' (FedAvg aggregation), Sec.
                 5.4.1; `compression_rate_range` for per-user bandwidths
-                (Sec. 5.5).
+                (Sec. 5.5), `user_compression_rates` for given ones (e.g.
+                per device tier).
   build_topk, build_svd, build_colr  the baselines Topk, SVD and CoLR: the
                 same client copies, catch-up and byte accounting, and
                 FedAvg aggregation ("the classical FL algorithm FedAvg").
@@ -85,7 +86,7 @@ Example:
 
 import collections
 import dataclasses
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -143,7 +144,9 @@ class ClientBandwidths:
   (Sec. 5.5): user u draws its rate CR_u uniformly from
   `compression_rate_range` once (seeded by (seed, u), so every round and a
   resumed run agree), and e_u is the action count for CR_u; C_e is that of
-  the range's middle ("related to the median").
+  the range's middle ("related to the median"). Given per user
+  (`user_rates`, e.g. one rate per device tier, Sec. 4.1): e_u is the
+  action count for user u's rate, and C_e that of the users' median rate.
 
   Example: N = 1682, d = 32, rate 0.9375: e_u = C_e = 92 for every user.
   """
@@ -153,6 +156,7 @@ class ClientBandwidths:
   compression_rate: float
   compression_rate_range: Optional[tuple[float, float]] = None
   seed: int = 0
+  user_rates: Optional[tuple[float, ...]] = None
   _cache: dict = dataclasses.field(
       default_factory=dict, compare=False, repr=False
   )
@@ -165,6 +169,19 @@ class ClientBandwidths:
             'compression_rate_range must be (low, high) with 0 <= low <= '
             f'high < 1; got {self.compression_rate_range}.'
         )
+    if self.user_rates is not None:
+      if self.compression_rate_range is not None:
+        raise ValueError(
+            'Give either compression_rate_range or user_rates, not both.'
+        )
+      rates = np.asarray(self.user_rates, np.float64)
+      if rates.ndim != 1 or not rates.size:
+        raise ValueError('user_rates must hold one rate per user.')
+      if not np.all((rates >= 0.0) & (rates < 1.0)):
+        raise ValueError(
+            f'user_rates must lie in [0, 1); got {rates.min()} to '
+            f'{rates.max()}.'
+        )
 
   def _actions(self, rate: float) -> int:
     return gradient_compression.pick_parameter(
@@ -174,6 +191,8 @@ class ClientBandwidths:
   @property
   def expected_groups(self) -> int:
     """C_e."""
+    if self.user_rates is not None:
+      return self._actions(float(np.median(self.user_rates)))
     if self.compression_rate_range is None:
       return self._actions(self.compression_rate)
     return self._actions(sum(self.compression_rate_range) / 2)
@@ -181,12 +200,30 @@ class ClientBandwidths:
   @property
   def smallest(self) -> int:
     """The smallest e_u any user can have."""
+    if self.user_rates is not None:
+      return self._actions(max(self.user_rates))
     if self.compression_rate_range is None:
       return self.expected_groups
     return self._actions(self.compression_rate_range[1])
 
   def __call__(self, users) -> np.ndarray:
     """int32 [len(users)]: e_u of each user id."""
+    if self.user_rates is not None:
+      users = np.asarray(users, np.int64)
+      if users.size and not 0 <= users.min() <= users.max() < len(
+          self.user_rates
+      ):
+        raise ValueError(
+            f'user ids must lie in [0, {len(self.user_rates)}), the users '
+            'with a rate.'
+        )
+      values = []
+      for user in users:
+        rate = float(self.user_rates[user])
+        if ('rate', rate) not in self._cache:
+          self._cache[('rate', rate)] = self._actions(rate)
+        values.append(self._cache[('rate', rate)])
+      return np.asarray(values, np.int32)
     if self.compression_rate_range is None:
       return np.full([len(users)], self.expected_groups, np.int32)
     low, high = self.compression_rate_range
@@ -339,6 +376,7 @@ def build_fedras(
     alpha: float = DEFAULT_ALPHA,
     ablation: Optional[str] = None,
     compression_rate_range: Optional[tuple[float, float]] = None,
+    user_compression_rates: Optional[Sequence[float]] = None,
     catch_up_rounds: int = compressed_exchange.DEFAULT_CATCH_UP_ROUNDS,
     resync_when_cheaper: bool = True,
     num_iterations: int = action_clustering.DEFAULT_LLOYD_ITERATIONS,
@@ -354,6 +392,8 @@ def build_fedras(
     alpha: the fluctuation factor of Sec. 4.3.
     ablation: None, 'E', 'F' (alpha = 0) or 'T' (Sec. 5.4.1).
     compression_rate_range: (low, high): heterogeneous e_u (Sec. 5.5).
+    user_compression_rates: each user's rate, by user id (e.g. one per
+      device tier); exclusive with compression_rate_range.
     catch_up_rounds: H, how many rounds of messages the server keeps.
     resync_when_cheaper: a returning client downloads the table when its
       missed messages would cost more (`compressed_exchange.catch_up`).
@@ -365,7 +405,10 @@ def build_fedras(
     alpha = 0.0
   spec = _spec(model, num_items, embedding_dim, hidden_units)
   bandwidths = ClientBandwidths(
-      num_items, embedding_dim, compression_rate, compression_rate_range, seed
+      num_items, embedding_dim, compression_rate, compression_rate_range, seed,
+      user_rates=None if user_compression_rates is None else tuple(
+          float(rate) for rate in user_compression_rates
+      ),
   )
   downlink_codec = downlink_codecs.ClusteredActionsDownlink(
       num_items, embedding_dim,

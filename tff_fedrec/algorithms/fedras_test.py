@@ -569,6 +569,55 @@ def test_client_bandwidths_from_a_rate_range_are_fixed_per_user():
   np.testing.assert_array_equal(homogeneous([4, 9]), [92, 92])
 
 
+def test_client_bandwidths_given_per_user_follow_each_users_rate():
+  # Users 0-4 low-end (97%), 5-7 mid (90%), 8-9 high-end (50%).
+  rates = (0.97,) * 5 + (0.9,) * 3 + (0.5,) * 2
+  bandwidths = fedras.ClientBandwidths(1682, 32, 0.9375, user_rates=rates)
+  pick = lambda rate: gradient_compression.pick_parameter(
+      'fedras', 1682, 32, rate
+  )
+
+  np.testing.assert_array_equal(
+      bandwidths([9, 0, 6, 4, 8]),
+      [pick(0.5), pick(0.97), pick(0.9), pick(0.97), pick(0.5)],
+  )
+  assert pick(0.97) < pick(0.9) < pick(0.5)
+  # C_e from the median rate (0.935, the mean of the middle two, 0.9 and
+  # 0.97), not from compression_rate; the smallest bandwidth from the
+  # highest rate.
+  assert bandwidths.expected_groups == pick(0.935)
+  assert bandwidths.smallest == pick(0.97)
+  with pytest.raises(ValueError, match='user ids'):
+    bandwidths([10])
+  with pytest.raises(ValueError, match='not both'):
+    fedras.ClientBandwidths(
+        1682, 32, 0.9, compression_rate_range=(0.5, 0.9), user_rates=rates
+    )
+  with pytest.raises(ValueError, match=r'\[0, 1\)'):
+    fedras.ClientBandwidths(1682, 32, 0.9, user_rates=(0.5, 1.0))
+
+
+def test_build_fedras_takes_per_user_rates():
+  rates = [0.95] * 6 + [0.6] * 6
+  method = fedras.build_fedras(
+      num_items=1682, user_compression_rates=rates, alpha=0.85
+  )
+  assert method.bandwidths.smallest == gradient_compression.pick_parameter(
+      'fedras', 1682, 32, 0.95
+  )
+  np.testing.assert_array_equal(
+      method.bandwidths([0, 11]),
+      [method.bandwidths.smallest, gradient_compression.pick_parameter(
+          'fedras', 1682, 32, 0.6
+      )],
+  )
+  # C_e (median 0.775) is 352 actions: 352 (1 - 0.5) > 71 rows.
+  with pytest.raises(ValueError, match='raise alpha'):
+    fedras.build_fedras(
+        num_items=1682, user_compression_rates=rates, alpha=0.5
+    )
+
+
 def test_alpha_too_small_for_the_bandwidth_range_is_refused():
   with pytest.raises(ValueError, match='raise alpha'):
     fedras.build_fedras(
