@@ -571,17 +571,28 @@ def _prepare_leave_one_out(data_config, summary_fields):
         if key != 'user_compression_rates'
     }
   if 'user_compression_rates' in compression:
-    rates = compression['user_compression_rates']
-    tier_rates = sorted(set(rates.tolist()), reverse=True)
-    summary_fields['config']['compression']['users_per_tier_rate'] = {
-        f'{rate:g}': int(np.sum(rates == rate)) for rate in tier_rates
-    }
-    description += ' Bandwidths e_u per tier: ' + ', '.join(
-        f'rate {rate:g} -> {method.bandwidths([int(np.argmax(rates == rate))])[0]}'
-        f' rows ({int(np.sum(rates == rate))} users)'
-        for rate in tier_rates
-    ) + '.'
+    users_per_rate, line = _tier_bandwidths(
+        compression['user_compression_rates'], method.bandwidths
+    )
+    summary_fields['config']['compression']['users_per_tier_rate'] = (
+        users_per_rate
+    )
+    description += ' ' + line
   return data, method, loop_config, training_loop.TrainingRun, description
+
+
+def _tier_bandwidths(user_rates: np.ndarray, bandwidths) -> tuple[dict, str]:
+  """({rate: users}, a log line with each tier rate's e_u) of the users'
+  rates from --tier_compression_rates."""
+  users_per_rate, parts = {}, []
+  for rate in sorted(set(user_rates.tolist()), reverse=True):
+    users = np.flatnonzero(user_rates == rate)
+    users_per_rate[f'{rate:g}'] = len(users)
+    parts.append(
+        f'rate {rate:g} -> {bandwidths(users[:1])[0]} rows ({len(users)} '
+        'users)'
+    )
+  return users_per_rate, 'Bandwidths e_u per tier: ' + ', '.join(parts) + '.'
 
 
 def _compression_arguments(train_counts: np.ndarray) -> dict:
