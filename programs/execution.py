@@ -24,6 +24,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -205,6 +206,24 @@ def _describe_exit(returncode: int) -> str:
   return f'exited with code {returncode}'
 
 
+def quiet_disposal_errors_hook(previous):
+  """A `sys.unraisablehook` that drops gRPC errors and passes the rest on.
+
+  Once a worker is gone, TFF's RemoteExecutor still disposes of the values
+  it held there, from weakref finalizers; each fails with a gRPC error
+  that Python prints as "Exception ignored in ..." with a traceback,
+  burying the `WorkerDiedError` message that names the worker. The
+  watchdog installs this hook when it reports a worker gone.
+  """
+
+  def hook(unraisable):
+    if isinstance(unraisable.exc_value, grpc.RpcError):
+      return
+    previous(unraisable)
+
+  return hook
+
+
 @contextlib.contextmanager
 def _default_context_watched(
     context, check: Callable[[], Optional[str]], poll_seconds: float
@@ -235,6 +254,11 @@ def _default_context_watched(
       if message is not None:
         if not stopping.is_set():
           failure.append(message)
+          # Kept for the rest of the process: the finalizers run as the
+          # error unwinds and at exit.
+          sys.unraisablehook = quiet_disposal_errors_hook(
+              sys.unraisablehook
+          )
           os.kill(os.getpid(), signal.SIGUSR1)
         return
 

@@ -1,7 +1,10 @@
 import os
 import signal
 import socket
+import sys
+import types
 
+import grpc
 import numpy as np
 import pytest
 import tensorflow_federated as tff
@@ -64,3 +67,41 @@ def test_a_worker_that_dies_interrupts_the_waiting_computation():
       # Without the watchdog TFF would retry the vanished worker forever.
       _add_one(np.float32(1.0))
   assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL
+
+
+class _DisposalError(grpc.RpcError):
+  """Stands for the RetryableGRPCError of a dispose on a dead worker."""
+
+
+def _unraisable(error):
+  return types.SimpleNamespace(
+      exc_type=type(error), exc_value=error, exc_traceback=None,
+      err_msg=None, object=None,
+  )
+
+
+def test_disposal_errors_hook_drops_grpc_errors_only():
+  passed_on = []
+  hook = execution.quiet_disposal_errors_hook(passed_on.append)
+  hook(_unraisable(_DisposalError()))
+  other = _unraisable(ValueError('a real bug'))
+  hook(other)
+  assert passed_on == [other]
+
+
+def test_a_dead_worker_quiets_the_disposal_errors_that_follow():
+  previous = sys.unraisablehook
+  passed_on = []
+  sys.unraisablehook = passed_on.append
+  try:
+    with pytest.raises(execution.WorkerDiedError, match='SIGKILL'):
+      with execution.worker_execution_context() as pid:
+        os.kill(pid, signal.SIGKILL)
+        _add_one(np.float32(1.0))
+    installed = sys.unraisablehook
+  finally:
+    sys.unraisablehook = previous
+  installed(_unraisable(_DisposalError()))
+  other = _unraisable(ValueError('a real bug'))
+  installed(other)
+  assert passed_on == [other]
