@@ -206,33 +206,33 @@ class ClientBandwidths:
       return self.expected_groups
     return self._actions(self.compression_rate_range[1])
 
+  def _rate(self, user: int) -> float:
+    """User u's rate: given, or drawn from the range seeded by (seed, u)."""
+    if self.user_rates is not None:
+      return float(self.user_rates[user])
+    low, high = self.compression_rate_range
+    return float(
+        np.random.default_rng([self.seed, int(user)]).uniform(low, high)
+    )
+
   def __call__(self, users) -> np.ndarray:
     """int32 [len(users)]: e_u of each user id."""
-    if self.user_rates is not None:
-      users = np.asarray(users, np.int64)
-      if users.size and not 0 <= users.min() <= users.max() < len(
-          self.user_rates
-      ):
-        raise ValueError(
-            f'user ids must lie in [0, {len(self.user_rates)}), the users '
-            'with a rate.'
-        )
-      values = []
-      for user in users:
-        rate = float(self.user_rates[user])
-        if ('rate', rate) not in self._cache:
-          self._cache[('rate', rate)] = self._actions(rate)
-        values.append(self._cache[('rate', rate)])
-      return np.asarray(values, np.int32)
-    if self.compression_rate_range is None:
+    if self.user_rates is None and self.compression_rate_range is None:
       return np.full([len(users)], self.expected_groups, np.int32)
-    low, high = self.compression_rate_range
+    users = np.asarray(users, np.int64)
+    if self.user_rates is not None and users.size and not (
+        0 <= users.min() <= users.max() < len(self.user_rates)
+    ):
+      raise ValueError(
+          f'user ids must lie in [0, {len(self.user_rates)}), the users '
+          'with a rate.'
+      )
     values = []
-    for user in np.asarray(users, np.int64):
-      if user not in self._cache:
-        rate = np.random.default_rng([self.seed, int(user)]).uniform(low, high)
-        self._cache[int(user)] = self._actions(float(rate))
-      values.append(self._cache[int(user)])
+    for user in users:
+      rate = self._rate(user)
+      if rate not in self._cache:
+        self._cache[rate] = self._actions(rate)
+      values.append(self._cache[rate])
     return np.asarray(values, np.int32)
 
 
