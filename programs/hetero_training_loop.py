@@ -237,6 +237,7 @@ class HeteroTrainingRun:
     self.server_state = None
     self.history = []
     self.next_round = 0
+    self.saved_round = 0
 
   def _initial_local(self) -> collections.OrderedDict:
     """Every user's client state: its private embedding and Adam state."""
@@ -278,7 +279,7 @@ class HeteroTrainingRun:
     )
     if state is None:
       return
-    self.next_round = int(state['next_round'])
+    self.next_round = self.saved_round = int(state['next_round'])
     self.server_state = state['server_state']
     self.local = tf.nest.pack_sequence_as(
         self.local, [np.asarray(v) for v in tf.nest.flatten(state['local'])]
@@ -328,6 +329,10 @@ class HeteroTrainingRun:
     self.server_state, locals_out, round_metrics = two_phase.run_round(
         self._method.process, self.server_state, locals_in,
         [data for _, data in groups],
+    )
+    training_loop.raise_if_diverged(
+        round_num, float(round_metrics['train_loss']),
+        (self.server_state, locals_out), self.saved_round,
     )
     for (group, _), local in zip(groups, locals_out):
       self._store_group_local(group, local)
@@ -407,6 +412,7 @@ class HeteroTrainingRun:
         asyncio.run(
             self._state_manager.save(self._program_state(), self.next_round)
         )
+        self.saved_round = self.next_round
       self._log(self._progress_line(record))
     return self.write_summary()
 

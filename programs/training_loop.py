@@ -25,6 +25,7 @@ import time
 from typing import Callable, Optional
 
 import numpy as np
+import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_fedrec import atomic_files
@@ -69,6 +70,39 @@ class LoopConfig:
       raise ValueError(
           f'users_per_client must be at least 1; got {self.users_per_client}.'
       )
+
+
+class TrainingDivergedError(ValueError):
+  """A round left the training loss or the server state non-finite."""
+
+
+def raise_if_diverged(
+    round_num: int, train_loss: float, server_state, last_saved_round: int
+) -> None:
+  """Stops a run whose round `round_num` (0-based) gave a non-finite
+  training loss or server state, before that state is evaluated or
+  checkpointed (a resume would otherwise start from NaN). Rounds are
+  seeded, so the same flags diverge again at the same round.
+
+  Raises:
+    TrainingDivergedError: naming the round, the last saved round and what
+      to change.
+  """
+  leaves = [np.asarray(x) for x in tf.nest.flatten(server_state)]
+  finite_state = all(
+      np.isfinite(x).all() for x in leaves if np.issubdtype(x.dtype, np.number)
+  )
+  if np.isfinite(train_loss) and finite_state:
+    return
+  what = ('the server state has non-finite values' if np.isfinite(train_loss)
+          else f'the training loss is {train_loss}')
+  raise TrainingDivergedError(
+      f'training diverged at round {round_num + 1}: {what}. That round was '
+      f'not saved; the last checkpoint holds round {last_saved_round}. Lower '
+      'the learning rates (--learning_rate, and --item_learning_rate or '
+      '--user_learning_rate where the method has them) and run again: the '
+      'same --root_dir resumes from that checkpoint, a new one starts over.'
+  )
 
 
 def _round_rng(seed: int, round_num: int) -> np.random.Generator:
@@ -197,6 +231,7 @@ class TrainingRun:
     self.server_state = None
     self.history = {key: [] for key in HISTORY_KEYS}
     self.next_round = 0
+    self.saved_round = 0
 
   def _program_state(self):
     return collections.OrderedDict(
@@ -217,7 +252,7 @@ class TrainingRun:
     )
     if state is None:
       return
-    self.next_round = int(state['next_round'])
+    self.next_round = self.saved_round = int(state['next_round'])
     self.server_state = state['server_state']
     self.store.load_arrays(state['client_states'])
     for key in HISTORY_KEYS:
@@ -250,6 +285,9 @@ class TrainingRun:
         users_per_client=self._config.users_per_client,
     )
     self.server_state = result.server_state
+    raise_if_diverged(
+        round_num, result.train_loss, self.server_state, self.saved_round
+    )
     # Methods that compress say what they moved and what the uncompressed
     # exchange would have; the others send their global parameters whole.
     download = getattr(result, 'download_bytes', None)
@@ -315,6 +353,7 @@ class TrainingRun:
         asyncio.run(
             self._state_manager.save(self._program_state(), self.next_round)
         )
+        self.saved_round = self.next_round
       self._log(self._progress_line(record))
     return self.write_summary()
 

@@ -1,5 +1,8 @@
+import collections
+
 import numpy as np
 import pandas as pd
+import pytest
 
 from tff_fedrec.programs import training_loop
 from tff_fedrec.tasks import preprocessing
@@ -63,3 +66,32 @@ def test_sample_round_gives_each_user_its_positives_and_four_negatives():
         example['items'],
         examples.items[examples.offsets[user]:examples.offsets[user + 1]],
     )
+
+
+def test_a_finite_round_passes_the_divergence_check():
+  state = {'parameters': [np.ones([2, 3], np.float32)],
+           'round_num': np.int32(4), 'name': np.asarray(b'x')}
+  training_loop.raise_if_diverged(3, 0.5, state, last_saved_round=3)
+
+
+@pytest.mark.parametrize('loss, bad_value, expected', [
+    (float('nan'), 1.0, 'the training loss is nan'),
+    (0.5, np.inf, 'the server state has non-finite values'),
+    (0.5, np.nan, 'the server state has non-finite values'),
+])
+def test_a_non_finite_round_stops_naming_the_round_and_the_checkpoint(
+    loss, bad_value, expected
+):
+  table = np.ones([2, 3], np.float32)
+  table[1, 2] = bad_value
+  state = collections.OrderedDict(
+      parameters=[np.zeros([4], np.float32), [table]],
+      round_num=np.int32(7),
+  )
+  with pytest.raises(training_loop.TrainingDivergedError) as error:
+    training_loop.raise_if_diverged(6, loss, state, last_saved_round=5)
+  message = str(error.value)
+  assert 'training diverged at round 7' in message
+  assert expected in message
+  assert 'the last checkpoint holds round 5' in message
+  assert '--learning_rate' in message
