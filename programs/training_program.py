@@ -459,8 +459,31 @@ class PreparedRun:
   results_table: Callable[[dict], str]
 
 
+# Flags of the leave-one-out methods that the tiered methods have no use
+# for; a tiered run refuses them rather than ignore them (run.flags files
+# list every flag at its default, so the test is the value, not presence).
+_NOT_TIERED_FLAGS = (
+    _LOCAL_EPOCHS, _BATCH_SIZE, _EMBEDDING_DIM, _ITEM_LEARNING_RATE,
+    _ITEM_LR_ETA, _EVAL_NEGATIVES, _DUAL_PERSONALIZATION, _LDP_NOISE,
+    _COMPRESSION_RATE, _ALPHA, _COMPRESSION_RATE_RANGE,
+    _TIER_COMPRESSION_RATES, _CATCH_UP_ROUNDS, _RESYNC_WHEN_CHEAPER,
+)
+
+
+def _check_tiered_flags() -> None:
+  for holder in _NOT_TIERED_FLAGS:
+    if holder.value != flags.FLAGS[holder.name].default:
+      raise FlagError(
+          f'--{holder.name} does not apply to --method={_METHOD.value}: a '
+          'tiered client takes one gradient of its whole data per round '
+          '(HeteFedRec Algorithm 1) with item tables as wide as '
+          '--tier_widths, scored by full ranking. Drop the flag.'
+      )
+
+
 def _prepare_tiered(data_config, summary_fields):
   """The tiered methods: random split, tiers, full ranking (HeteFedRec)."""
+  _check_tiered_flags()
   data = datasets.load_random_split(data_config)
   widths = _int_list('tier_widths', _TIER_WIDTHS.value)
   ratio = _int_list('tier_ratio', _TIER_RATIO.value)

@@ -244,6 +244,10 @@ def test_killed_run_resumes_to_the_same_result_as_an_uninterrupted_run(
          '--users_per_tff_client'),
         (['--method=hetefedrec', '--dataset=synthetic',
           '--nolightgcn_neighbor_gradient'], '--model=lightgcn only'),
+        (['--method=hetefedrec', '--dataset=synthetic', '--local_epochs=5'],
+         '--local_epochs does not apply to --method=hetefedrec'),
+        (['--method=all_small', '--dataset=synthetic', '--embedding_dim=16'],
+         '--embedding_dim does not apply to --method=all_small'),
         (['--method=topk', '--dataset=synthetic',
           '--tier_compression_rates=0.9,0.8,0.5'], 'fedras only'),
         (['--method=fedras', '--dataset=synthetic',
@@ -423,3 +427,22 @@ def test_tiered_run_resumes_with_the_results_of_an_uninterrupted_one(
   losses = [[float(r['train_loss']) for r in _read_metrics(root)]
             for root in (whole, parts)]
   assert losses[1] == pytest.approx(losses[0], abs=1e-6)
+
+
+def test_a_diverging_run_stops_before_it_saves_a_non_finite_state(tmp_path):
+  # An Adam step of 1e30 leaves round 1's parameters finite but huge, so
+  # round 2's logits overflow.
+  root_dir = str(tmp_path / 'run')
+  result = _run_program(
+      ['--method=all_small', *_TIERED_RUN, '--rounds=4', '--eval_every=4',
+       '--learning_rate=1e30', f'--root_dir={root_dir}']
+  )
+  assert result.returncode == 2
+  assert ('training diverged at round 2: the training loss is'
+          in result.stderr)
+  assert 'the last checkpoint holds round 1' in result.stderr
+  assert 'Traceback' not in result.stderr
+  assert sorted(os.listdir(os.path.join(root_dir, 'checkpoints'))) == [
+      'program_state_1'
+  ]
+  assert not os.path.exists(os.path.join(root_dir, 'summary.json'))
