@@ -12,7 +12,7 @@ Paper figures (PFedRec Table 2, ML-100K, HR@10 / NDCG@10): PFedRec 71.62 /
 The tiered methods (HeteFedRec and its baselines) print Recall@20 / NDCG@20
 overall and per tier, and the bytes each tier's clients move:
 
-  python -m tff_fedrec.programs.benchmark --dataset=ml-1m --rounds=480 \
+  python -m tff_fedrec.programs.benchmark --dataset=ml-1m --rounds=960 \
       --methods=hetefedrec,all_small,all_large --root_dir=runs/hetero
 
 Paper figures (HeteFedRec Table II, ML-1M, Fed-NCF, Recall@20 / NDCG@20):

@@ -82,8 +82,9 @@ _LEARNING_RATE = flags.DEFINE_float(
     'learning_rate', None, 'SGD learning rate of score functions and user '
     'embeddings (default 0.1; fedncf\'s shared MLP trains far better at 3, '
     'its preset\'s value); for the tiered methods (hetefedrec and its '
-    'baselines) Adam\'s learning rate of every parameter (default 0.001, '
-    'HeteFedRec Sec. V.D).',
+    'baselines) Adam\'s learning rate of every public parameter (default '
+    '0.01; HeteFedRec Sec. V.D\'s 0.001 leaves every model a popularity '
+    'ranker, see the README).',
 )
 _ITEM_LEARNING_RATE = flags.DEFINE_float(
     'item_learning_rate', None,
@@ -504,7 +505,7 @@ def _prepare_tiered(data_config, summary_fields):
   )
   config = hetefedrec.HeteroConfig(
       learning_rate=(
-          0.001 if _LEARNING_RATE.value is None else _LEARNING_RATE.value
+          0.01 if _LEARNING_RATE.value is None else _LEARNING_RATE.value
       ),
       dual_task=_DUAL_TASK.value,
       decorrelation_weight=_DECORRELATION_WEIGHT.value,

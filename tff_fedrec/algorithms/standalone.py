@@ -5,7 +5,7 @@ on their data amounts. Each client independently trains its model without
 collaboration or knowledge sharing with other clients." A client of tier a
 owns a whole model of its tier, {u_i, V_a^i, Theta_a^i}, starting from the
 same initial tier model as HeteFedRec (`hetero_models.initial_parameters`),
-and each round it is selected takes one Adam step (lr 0.001, Sec. V.D) of
+and each round it is selected takes one Adam step (`HeteroConfig.learning_rate`) of
 Eq. 2's loss on its own data (Algorithm 1 lines 16-26 without the upload).
 Nothing is aggregated and nothing is sent; the models are client state.
 
