@@ -55,13 +55,11 @@ def train_centralized(
           np.float32
       )
   )
-  shapes, fan_in = [], 2 * width
-  for units in (*hidden_units, 1):
-    shapes.append((fan_in, units))
-    fan_in = units
   layers = [
       {name: tf.Variable(value) for name, value in layer.items()}
-      for layer in models.initial_dense_layers(rng, shapes)
+      for layer in models.initial_dense_layers(
+          rng, hetero_models.score_layer_shapes(width, hidden_units)
+      )
   ]
   variables = [users, items] + [v for layer in layers for v in layer.values()]
   optimizer = tf.keras.optimizers.Adam(learning_rate)

@@ -505,7 +505,8 @@ def _prepare_tiered(data_config, summary_fields):
   )
   config = hetefedrec.HeteroConfig(
       learning_rate=(
-          0.01 if _LEARNING_RATE.value is None else _LEARNING_RATE.value
+          hetefedrec.HeteroConfig.learning_rate
+          if _LEARNING_RATE.value is None else _LEARNING_RATE.value
       ),
       dual_task=_DUAL_TASK.value,
       decorrelation_weight=_DECORRELATION_WEIGHT.value,

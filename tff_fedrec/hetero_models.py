@@ -81,12 +81,20 @@ class HeteroSpec:
 
   def layer_shapes(self, tier: int) -> tuple[tuple[int, int], ...]:
     """(fan_in, fan_out) of Theta_tier's dense layers."""
-    fan_in = 2 * self.widths[tier]
-    shapes = []
-    for units in (*self.hidden_units, 1):
-      shapes.append((fan_in, units))
-      fan_in = units
-    return tuple(shapes)
+    return score_layer_shapes(self.widths[tier], self.hidden_units)
+
+
+def score_layer_shapes(
+    width: int, hidden_units
+) -> tuple[tuple[int, int], ...]:
+  """(fan_in, fan_out) of the dense layers of Eq. 5's scorer
+  FFN([u ; v]) for embeddings of size `width`: [2 width, *hidden, 1]."""
+  fan_in = 2 * width
+  shapes = []
+  for units in (*hidden_units, 1):
+    shapes.append((fan_in, units))
+    fan_in = units
+  return tuple(shapes)
 
 
 def initial_parameters(spec: HeteroSpec, seed: int) -> collections.OrderedDict:
