@@ -25,9 +25,13 @@ install: $(STAMP)
 train: $(STAMP)
 	$(BIN)/python -m tff_fedrec.programs.train --flagfile=programs/presets/pfedrec_ml100k.flags $(ARGS)
 
-# The whole test suite; .ci/run calls exactly this.
+# The whole test suite; .ci/run calls exactly this. Two pytest-xdist
+# workers, one per core of the CI machine: most of the time goes to
+# subprocesses that import TensorFlow, which one core cannot overlap.
+# --dist loadgroup keeps the tests that share a trained run (marked
+# xdist_group) on one worker, so that run is trained once.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q $(ARGS)
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup $(ARGS)
 
 benchmark: $(STAMP)
 	$(BIN)/python -m tff_fedrec.programs.benchmark $(ARGS)

@@ -19,13 +19,8 @@ from absl import app
 from absl import flags
 
 from tff_fedrec.programs import centralized_training
-from tff_fedrec.tasks import datasets
+from tff_fedrec.programs import random_split_flags
 
-_DATASET = flags.DEFINE_enum(
-    'dataset', 'ml-1m', [d for d in datasets.DATASETS if d != 'file'],
-    'Data set.'
-)
-_SEED = flags.DEFINE_integer('seed', 0, 'Seed of the split and the training.')
 _EPOCHS = flags.DEFINE_integer('epochs', 14, 'Passes over the pooled data.')
 _WIDTH = flags.DEFINE_integer(
     'width', 32, 'Embedding size (32: HeteFedRec\'s large tier on ML-1M).'
@@ -33,23 +28,19 @@ _WIDTH = flags.DEFINE_integer(
 _HIDDEN_UNITS = flags.DEFINE_list('hidden_units', ['8', '8'], 'Scorer layers.')
 _LEARNING_RATE = flags.DEFINE_float('learning_rate', 0.001, 'Adam\'s step.')
 _BATCH_SIZE = flags.DEFINE_integer('batch_size', 1024, 'Examples per step.')
-_TIER_RATIO = flags.DEFINE_list('tier_ratio', ['5', '3', '2'], 'Tier shares.')
 
 
 def main(argv):
   del argv
-  data = datasets.load_random_split(
-      datasets.DataConfig(dataset=_DATASET.value, seed=_SEED.value)
-  )
   history = centralized_training.train_centralized(
-      data,
+      random_split_flags.load_split(),
       epochs=_EPOCHS.value,
       width=_WIDTH.value,
       hidden_units=tuple(int(h) for h in _HIDDEN_UNITS.value),
       learning_rate=_LEARNING_RATE.value,
       batch_size=_BATCH_SIZE.value,
-      tier_ratio=tuple(float(r) for r in _TIER_RATIO.value),
-      seed=_SEED.value,
+      tier_ratio=random_split_flags.tier_ratio(),
+      seed=random_split_flags.SEED.value,
   )
   last = history[-1]
   best = max(history, key=lambda h: h['ndcg@20'])

@@ -17,8 +17,7 @@ from tff_fedrec.programs import codec_information_loss
 from tff_fedrec.tasks import datasets
 
 _DATASET = flags.DEFINE_enum(
-    'dataset', 'ml-1m', [d for d in datasets.DATASETS if d != 'file'],
-    'Data set.'
+    'dataset', 'ml-1m', list(datasets.NAMED_DATASETS), 'Data set.'
 )
 _ROUNDS = flags.DEFINE_integer('rounds', 20, 'Rounds to average over.')
 _RATE = flags.DEFINE_float('compression_rate', 0.9375, 'CR of Sec. 5.1.')

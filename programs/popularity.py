@@ -10,27 +10,17 @@ not beat this has learned item popularity and nothing personal.
 """
 
 from absl import app
-from absl import flags
 
 from tff_fedrec.programs import hetero_training_loop
-from tff_fedrec.tasks import datasets
-
-_DATASET = flags.DEFINE_enum(
-    'dataset', 'ml-1m', [d for d in datasets.DATASETS if d != 'file'],
-    'Data set.'
-)
-_SEED = flags.DEFINE_integer('seed', 0, 'Seed of the random split.')
-_TIER_RATIO = flags.DEFINE_list('tier_ratio', ['5', '3', '2'], 'Tier shares.')
+from tff_fedrec.programs import random_split_flags
 
 
 def main(argv):
   del argv
-  data = datasets.load_random_split(
-      datasets.DataConfig(dataset=_DATASET.value, seed=_SEED.value)
+  result = hetero_training_loop.popularity_metrics(
+      random_split_flags.load_split(), random_split_flags.tier_ratio()
   )
-  ratio = tuple(float(r) for r in _TIER_RATIO.value)
-  result = hetero_training_loop.popularity_metrics(data, ratio)
-  print(f'most popular on {_DATASET.value}: Recall@20 '
+  print(f'most popular on {random_split_flags.DATASET.value}: Recall@20 '
         f'{result["recall@20"]:.5f}  NDCG@20 {result["ndcg@20"]:.5f}')
   for name, tier in result['per_tier'].items():
     print(f'  {name:<6} ({tier["users"]} users)  Recall@20 '

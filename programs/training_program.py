@@ -36,7 +36,7 @@ _METHOD = flags.DEFINE_enum(
     'Federated method to train.'
 )
 _DATASET = flags.DEFINE_enum(
-    'dataset', None, [d for d in datasets.DATASETS if d != 'file'],
+    'dataset', None, list(datasets.NAMED_DATASETS),
     'Named data set. Without it, --data_path loads a local interactions file.',
 )
 _DATA_PATH = flags.DEFINE_string(

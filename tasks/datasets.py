@@ -20,6 +20,8 @@ from tff_fedrec.tasks import preprocessing
 from tff_fedrec.tasks import synthetic
 
 DATASETS = ('ml-100k', 'ml-1m', 'synthetic', 'file')
+# What --dataset can name; 'file' is what --data_path alone selects.
+NAMED_DATASETS = tuple(d for d in DATASETS if d != 'file')
 
 
 @dataclasses.dataclass(frozen=True)

@@ -110,6 +110,11 @@ def test_two_rounds_of_each_method_write_results_and_leave_no_worker(
 _RESUME_ARGS = ['--method=pfedrec', *_SMALL_RUN, '--rounds=4']
 
 
+# pytest-xdist (make test) keeps the tests that share a module fixture on
+# one worker, so the fixture's run is trained once.
+_SHARES_UNINTERRUPTED_RUN = pytest.mark.xdist_group('uninterrupted_run')
+
+
 @pytest.fixture(scope='module')
 def uninterrupted_run(tmp_path_factory):
   """Root dir of a 4-round run that nothing interrupted."""
@@ -135,6 +140,7 @@ def _assert_same_results(reference_dir, resumed_dir):
       assert float(got[key]) == pytest.approx(float(want[key]), abs=1e-6)
 
 
+@_SHARES_UNINTERRUPTED_RUN
 def test_one_tff_client_per_user_gives_the_results_of_groups(
     uninterrupted_run, tmp_path
 ):
@@ -170,6 +176,7 @@ def _worker_pid(tag):
   raise AssertionError('no TFF worker found')
 
 
+@_SHARES_UNINTERRUPTED_RUN
 def test_killed_worker_is_restarted_and_the_run_ends_as_if_uninterrupted(
     tmp_path, uninterrupted_run
 ):
@@ -187,6 +194,7 @@ def test_killed_worker_is_restarted_and_the_run_ends_as_if_uninterrupted(
   assert _processes_with_tag(tag) == []
 
 
+@_SHARES_UNINTERRUPTED_RUN
 def test_killed_worker_without_restarts_fails_clearly_and_resumes_later(
     tmp_path, uninterrupted_run
 ):
@@ -206,6 +214,7 @@ def test_killed_worker_without_restarts_fails_clearly_and_resumes_later(
   _assert_same_results(uninterrupted_run, root_dir)
 
 
+@_SHARES_UNINTERRUPTED_RUN
 def test_killed_run_resumes_to_the_same_result_as_an_uninterrupted_run(
     tmp_path, uninterrupted_run
 ):
@@ -230,54 +239,16 @@ def test_killed_run_resumes_to_the_same_result_as_an_uninterrupted_run(
     [
         (['--method=nosuch', '--dataset=synthetic'], 'nosuch'),
         (['--method=pfedrec'], '--dataset'),
-        (['--method=pfedrec', '--data_path=/nonexistent/ratings.csv'],
-         '/nonexistent/ratings.csv'),
-        (['--method=pfedrec', '--dataset=synthetic', '--clients_per_round=5',
-          '--client_fraction=0.5'], 'not both'),
-        (['--method=pfedrec', '--dataset=synthetic',
-          '--clients_per_round=100000'], '--clients_per_round'),
-        (['--method=pfedrec', '--dataset=synthetic',
-          '--nodual_personalization'], 'fedmf'),
-        (['--method=fedmf', '--dataset=synthetic', '--hidden_units=8'],
-         'hidden_units'),
-        (['--method=fedmf', '--dataset=synthetic', '--users_per_tff_client=0'],
-         '--users_per_tff_client'),
-        (['--method=hetefedrec', '--dataset=synthetic',
-          '--nolightgcn_neighbor_gradient'], '--model=lightgcn only'),
-        (['--method=hetefedrec', '--dataset=synthetic', '--local_epochs=5'],
-         '--local_epochs does not apply to --method=hetefedrec'),
-        (['--method=all_small', '--dataset=synthetic', '--embedding_dim=16'],
-         '--embedding_dim does not apply to --method=all_small'),
-        (['--method=topk', '--dataset=synthetic',
-          '--tier_compression_rates=0.9,0.8,0.5'], 'fedras only'),
-        (['--method=fedras', '--dataset=synthetic',
-          '--tier_compression_rates=0.9,0.8'], 'needs 3 rates'),
-        (['--method=fedras', '--dataset=synthetic',
-          '--tier_compression_rates=0.9,0.8,0.5',
-          '--compression_rate_range=0.5,0.9'], 'give one of them'),
     ],
 )
 def test_bad_flags_fail_with_a_message_naming_the_problem(
     tmp_path, args, message
 ):
+  # Flag checks that come after parsing are tested through main() in
+  # programs/training_program_test.py; these two go through the binary.
   result = _run_program([*args, f'--root_dir={tmp_path / "run"}'])
   assert result.returncode != 0
   assert message in result.stderr
-  assert 'Traceback' not in result.stderr
-
-
-def test_malformed_data_file_names_the_file_and_line(tmp_path):
-  path = tmp_path / 'ratings.csv'
-  lines = [f'u{u},i{i},5,{u * 100 + i}' for u in range(5) for i in range(5)]
-  lines[7] = 'u1,i2,five,100'
-  path.write_text('\n'.join(lines) + '\n')
-  result = _run_program(
-      ['--method=pfedrec', f'--data_path={path}',
-       f'--root_dir={tmp_path / "run"}']
-  )
-  assert result.returncode != 0
-  assert str(path) in result.stderr
-  assert f'{path}:8:' in result.stderr
   assert 'Traceback' not in result.stderr
 
 

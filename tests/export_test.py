@@ -47,6 +47,12 @@ def _report(output_dir):
     return json.load(f)
 
 
+# pytest-xdist (make test) keeps the tests that share a module fixture on
+# one worker, so the fixture's runs are trained once.
+_SHARES_PFEDREC_EXPORT = pytest.mark.xdist_group('pfedrec_export')
+_SHARES_ONE_ROUND_RUNS = pytest.mark.xdist_group('one_round_runs')
+
+
 @pytest.fixture(scope='module')
 def pfedrec_export(tmp_path_factory):
   root_dir = str(tmp_path_factory.mktemp('pfedrec'))
@@ -58,6 +64,7 @@ def pfedrec_export(tmp_path_factory):
   return root_dir, os.path.join(root_dir, 'tflite')
 
 
+@_SHARES_PFEDREC_EXPORT
 def test_pfedrec_user_models_rank_like_the_training_side(pfedrec_export):
   root_dir, output_dir = pfedrec_export
   rows = [r for r in _report(output_dir)['models'] if r['user'] is not None]
@@ -77,6 +84,7 @@ def test_pfedrec_user_models_rank_like_the_training_side(pfedrec_export):
   assert max(r['max_abs_logit_difference'] for r in rows) < 1e-5
 
 
+@_SHARES_PFEDREC_EXPORT
 def test_manifest_lists_every_file_with_its_checksum(pfedrec_export):
   _, output_dir = pfedrec_export
   entries = manifest.read_manifest(output_dir, verify=True)
@@ -97,6 +105,7 @@ def _item_ids(output_dir):
     return json.load(f)
 
 
+@_SHARES_PFEDREC_EXPORT
 def test_top_k_of_an_exported_user_model_skips_the_seen_items(pfedrec_export):
   _, output_dir = pfedrec_export
   entry = next(e for e in manifest.read_manifest(output_dir)
@@ -179,6 +188,7 @@ def one_round_runs(tmp_path_factory):
   return runs
 
 
+@_SHARES_ONE_ROUND_RUNS
 @pytest.mark.parametrize('method, flags, message', [
     ('all_small', ['--tiers=large'], "trains no 'large' model"),
     ('standalone', ['--tiers=small'], 'every user trains its own'),
@@ -196,6 +206,7 @@ def test_export_refuses_what_the_run_cannot_give(
   assert not os.path.exists(os.path.join(root_dir, 'tflite', 'manifest.json'))
 
 
+@_SHARES_ONE_ROUND_RUNS
 def test_standalone_users_export_their_own_models(tmp_path, one_round_runs):
   root_dir = str(tmp_path / 'standalone')
   shutil.copytree(one_round_runs['standalone'], root_dir)
@@ -209,6 +220,7 @@ def test_standalone_users_export_their_own_models(tmp_path, one_round_runs):
   assert all(r['tf'] == pytest.approx(r['tflite'], abs=1e-9) for r in rows)
 
 
+@_SHARES_ONE_ROUND_RUNS
 def test_a_directory_without_a_run_or_checkpoint_is_refused(
     tmp_path, one_round_runs
 ):

@@ -1,0 +1,80 @@
+"""The training program's answers to bad input, through `main` in-process.
+
+`tests/end_to_end_test.py` starts `python -m tff_fedrec.programs.train` for
+a few of these to check the real entry point; the rest run here, where a
+case costs milliseconds instead of a TensorFlow import. Each case parses
+the flags as the binary does and calls `training_program.main`, which must
+exit with status 2 and name the problem on stderr, before any training.
+"""
+
+from absl import flags
+import pytest
+
+from tff_fedrec.programs import training_program
+
+
+def _exit_status_and_stderr(args, tmp_path, capsys):
+  flags.FLAGS(['train', *args, f'--root_dir={tmp_path / "run"}', '--rounds=1'])
+  try:
+    with pytest.raises(SystemExit) as exit_info:
+      training_program.main(['train'])
+  finally:
+    flags.FLAGS.unparse_flags()
+  return exit_info.value.code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    'args, message',
+    [
+        (['--method=pfedrec', '--data_path=/nonexistent/ratings.csv'],
+         '/nonexistent/ratings.csv'),
+        (['--method=pfedrec', '--dataset=synthetic', '--clients_per_round=5',
+          '--client_fraction=0.5'], 'not both'),
+        (['--method=pfedrec', '--dataset=synthetic',
+          '--clients_per_round=100000'], '--clients_per_round must be in [1, 200]'),
+        (['--method=pfedrec', '--dataset=synthetic',
+          '--nodual_personalization'], 'fedmf'),
+        (['--method=fedmf', '--dataset=synthetic', '--hidden_units=8'],
+         'hidden_units'),
+        (['--method=fedmf', '--dataset=synthetic', '--users_per_tff_client=0'],
+         '--users_per_tff_client'),
+        (['--method=hetefedrec', '--dataset=synthetic',
+          '--nolightgcn_neighbor_gradient'], '--model=lightgcn only'),
+        (['--method=hetefedrec', '--dataset=synthetic', '--local_epochs=5'],
+         '--local_epochs does not apply to --method=hetefedrec'),
+        (['--method=all_small', '--dataset=synthetic', '--embedding_dim=16'],
+         '--embedding_dim does not apply to --method=all_small'),
+        (['--method=topk', '--dataset=synthetic',
+          '--tier_compression_rates=0.9,0.8,0.5'], 'fedras only'),
+        (['--method=fedras', '--dataset=synthetic',
+          '--tier_compression_rates=0.9,0.8'], 'needs 3 rates'),
+        (['--method=fedras', '--dataset=synthetic',
+          '--tier_compression_rates=0.9,0.8,0.5',
+          '--compression_rate_range=0.5,0.9'], 'give one of them'),
+        (['--method=pfedrec', '--dataset=synthetic', '--executor=remote'],
+         '--workers=HOST:PORT'),
+        (['--method=pfedrec', '--dataset=synthetic', '--executor=remote',
+          '--workers=127.0.0.1'], 'not HOST:PORT'),
+        (['--method=pfedrec', '--dataset=synthetic',
+          '--workers=127.0.0.1:8000'], '--executor=remote'),
+    ],
+)
+def test_bad_flags_exit_with_status_2_naming_the_problem(
+    tmp_path, capsys, args, message
+):
+  status, stderr = _exit_status_and_stderr(args, tmp_path, capsys)
+  assert status == 2
+  assert message in stderr
+  assert not (tmp_path / 'run').exists()
+
+
+def test_malformed_data_file_names_the_file_and_line(tmp_path, capsys):
+  path = tmp_path / 'ratings.csv'
+  lines = [f'u{u},i{i},5,{u * 100 + i}' for u in range(5) for i in range(5)]
+  lines[7] = 'u1,i2,five,100'
+  path.write_text('\n'.join(lines) + '\n')
+  status, stderr = _exit_status_and_stderr(
+      ['--method=pfedrec', f'--data_path={path}'], tmp_path, capsys
+  )
+  assert status == 2
+  assert f'{path}:8:' in stderr
