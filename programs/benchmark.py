@@ -29,6 +29,8 @@ import sys
 from absl import app
 from absl import flags
 
+from tff_fedrec.programs import benchmark_tables
+
 _METHODS = flags.DEFINE_list(
     'methods', ['pfedrec', 'fedmf', 'fedncf'], 'Methods to run.'
 )
@@ -38,7 +40,14 @@ _ROOT_DIR = flags.DEFINE_string(
     'root_dir', 'runs/benchmark', 'One sub-directory per method goes here.'
 )
 _EXTRA = flags.DEFINE_list(
-    'extra_flags', [], 'More flags for every run, e.g. --extra_flags=--seed=1.'
+    'extra_flags', [],
+    'More flags for every run, e.g. --extra_flags=--model=lightgcn.',
+)
+_SEEDS = flags.DEFINE_list(
+    'seeds', [],
+    'Run every method once per seed (--seed=S, in <root_dir>/<method>/'
+    'seed_S), print each seed, the mean over seeds and the best method of '
+    'each seed. Empty: one run per method with its preset\'s seed.',
 )
 
 _PRESET_DIR = os.path.join(os.path.dirname(__file__), 'presets')
@@ -52,13 +61,18 @@ def _method_flags(method: str) -> list[str]:
   return [f'--method={method}', f'--dataset={_DATASET.value}']
 
 
-def _run(method: str) -> dict:
+def _run(method: str, seed: int | None) -> dict:
+  """Trains (or resumes) one run and returns its summary."""
   root_dir = os.path.join(_ROOT_DIR.value, method)
+  seed_flags = []
+  if seed is not None:
+    root_dir = os.path.join(root_dir, f'seed_{seed}')
+    seed_flags = [f'--seed={seed}']
   command = [
       sys.executable, '-m', 'tff_fedrec.programs.train',
       *_method_flags(method), f'--method={method}',
       f'--dataset={_DATASET.value}', f'--rounds={_ROUNDS.value}',
-      f'--root_dir={root_dir}', *_EXTRA.value,
+      f'--root_dir={root_dir}', *_EXTRA.value, *seed_flags,
   ]
   print('$', ' '.join(command), flush=True)
   subprocess.run(command, check=True)
@@ -66,50 +80,59 @@ def _run(method: str) -> dict:
     return json.load(f)
 
 
-def _print_tiered(summaries) -> None:
-  print(f'\n{_DATASET.value}: test metrics after the last round')
-  print(
-      f'{"method":<20} {"rounds":>6} {"Recall@20":>9} {"NDCG@20":>8} '
-      f'{"NDCG@20 s / m / l":>26} {"s/round":>8} {"peak MB":>8} '
-      f'{"KiB up/client s / m / l":>26}'
-  )
-  for s in summaries:
-    tiers = s['test']['per_tier']
-    per_tier = ' / '.join(
-        f'{tiers[t]["ndcg@20"]:.5f}' for t in ('small', 'medium', 'large')
+def _seeds() -> list[int | None]:
+  if not _SEEDS.value:
+    return [None]  # The preset's seed.
+  if any(f.startswith('--seed=') for f in _EXTRA.value):
+    raise app.UsageError('Give --seeds or --extra_flags=--seed=S, not both.')
+  return [int(seed) for seed in _SEEDS.value]
+
+
+def _print_table(runs: dict, seeds: list, tiered: bool) -> None:
+  if tiered:
+    print(f'\n{_DATASET.value}: test metrics after the last round')
+    header, row, metrics = (
+        benchmark_tables.tiered_header, benchmark_tables.tiered_row,
+        ('recall@20', 'ndcg@20'),
     )
-    sent = ' / '.join(
-        f'{s["bytes_per_client"][t]["upload"] / 1024:.1f}'
-        for t in ('small', 'medium', 'large')
+  else:
+    print(f'\n{_DATASET.value}: test metrics at the best validation round')
+    header, row, metrics = (
+        benchmark_tables.leave_one_out_header,
+        benchmark_tables.leave_one_out_row, ('hr@10', 'ndcg@10'),
     )
-    print(
-        f'{s["method"]:<20} {s["rounds_completed"]:>6} '
-        f'{s["test"]["recall@20"]:>9.5f} {s["test"]["ndcg@20"]:>8.5f} '
-        f'{per_tier:>26} {s["seconds_per_round"]:>8.2f} '
-        f'{s["peak_rss_mb"]:>8.0f} {sent:>26}'
-    )
+  print(header())
+  for method, summaries in runs.items():
+    if len(seeds) == 1:
+      print(row(method, summaries[0]))
+      continue
+    for seed, summary in zip(seeds, summaries):
+      print(row(f'{method} seed {seed}', summary))
+    print(row(f'{method} mean of {len(seeds)}',
+              benchmark_tables.mean_summary(summaries)))
+  if len(seeds) > 1 and len(runs) > 1:
+    for metric in metrics:
+      best = benchmark_tables.leaders(runs, metric)
+      print(f'highest {metric} by seed: ' + ', '.join(
+          f'{seed} {method}' for seed, method in zip(seeds, best)))
 
 
 def main(argv):
   del argv
-  summaries = [_run(method) for method in _METHODS.value]
-  if all('per_tier' in s['test'] for s in summaries):
-    _print_tiered(summaries)
-    return
-  header = (
-      f'{"method":<10} {"rounds":>6} {"best":>5} {"HR@10":>7} {"NDCG@10":>8} '
-      f'{"s/round":>8} {"peak MB":>8} {"up MB/rd":>9} {"down MB/rd":>10}'
-  )
-  print(f'\n{_DATASET.value}: test metrics at the best validation round')
-  print(header)
-  for s in summaries:
-    print(
-        f'{s["method"]:<10} {s["rounds_completed"]:>6} {s["best_round"]:>5} '
-        f'{s["test"]["hr@10"]:>7.4f} {s["test"]["ndcg@10"]:>8.4f} '
-        f'{s["seconds_per_round"]:>8.2f} {s["peak_rss_mb"]:>8.0f} '
-        f'{s["bytes_per_round"]["upload"] / 1e6:>9.1f} '
-        f'{s["bytes_per_round"]["download"] / 1e6:>10.1f}'
-    )
+  seeds = _seeds()
+  runs = {
+      method: [_run(method, seed) for seed in seeds]
+      for method in _METHODS.value
+  }
+  # Tiered methods (HeteFedRec's protocol) and leave-one-out ones (PFedRec's)
+  # report different metrics: one table each.
+  for tiered in (True, False):
+    group = {
+        method: summaries for method, summaries in runs.items()
+        if ('per_tier' in summaries[0]['test']) == tiered
+    }
+    if group:
+      _print_table(group, seeds, tiered)
 
 
 if __name__ == '__main__':
