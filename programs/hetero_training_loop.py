@@ -413,6 +413,7 @@ class HeteroTrainingRun:
             self._state_manager.save(self._program_state(), self.next_round)
         )
         self.saved_round = self.next_round
+        training_loop.run_peak_rss_mb(self._root_dir, self._worker_pid)
       self._log(self._progress_line(record))
     return self.write_summary()
 
@@ -479,7 +480,9 @@ class HeteroTrainingRun:
         'train_seconds_per_round': statistics.median(
             r['train_seconds'] for r in self.history
         ),
-        'peak_rss_mb': training_loop.peak_rss_mb(self._worker_pid),
+        'peak_rss_mb': training_loop.run_peak_rss_mb(
+            self._root_dir, self._worker_pid
+        ),
         'num_users': self._data.num_users,
         'num_items': self._data.num_items,
     }

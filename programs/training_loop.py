@@ -172,6 +172,29 @@ def peak_rss_mb(worker_pid: Optional[int]) -> float:
   return peak_kb / 1024.0
 
 
+PEAK_RSS_FILE = 'peak_rss_mb.txt'
+
+
+def run_peak_rss_mb(root_dir: str, worker_pid: Optional[int]) -> float:
+  """Peak resident memory of the run so far, over every process it took.
+
+  A run that was resumed (after a kill, or to add rounds) was trained by
+  several processes, each with its own peak (`peak_rss_mb`). The largest so
+  far is kept in <root_dir>/peak_rss_mb.txt, updated at every checkpoint and
+  at the end, so summary.json reports the run's peak, not the last
+  process's.
+  """
+  peak = peak_rss_mb(worker_pid)
+  path = os.path.join(root_dir, PEAK_RSS_FILE)
+  try:
+    with open(path) as f:
+      peak = max(peak, float(f.read()))
+  except (OSError, ValueError):
+    pass  # No earlier process, or a file this function did not write.
+  atomic_files.write_atomically(path, f'{peak:.1f}\n')
+  return peak
+
+
 def checkpoint_manager(
     root_dir: str,
 ) -> numpy_program_state.NumpyProgramStateManager:
@@ -354,6 +377,7 @@ class TrainingRun:
             self._state_manager.save(self._program_state(), self.next_round)
         )
         self.saved_round = self.next_round
+        run_peak_rss_mb(self._root_dir, self._worker_pid)
       self._log(self._progress_line(record))
     return self.write_summary()
 
@@ -397,7 +421,7 @@ class TrainingRun:
         'train_seconds_per_round': statistics.median(
             self.history['train_seconds']
         ),
-        'peak_rss_mb': peak_rss_mb(self._worker_pid),
+        'peak_rss_mb': run_peak_rss_mb(self._root_dir, self._worker_pid),
         'client_state_bytes_per_user': self.store.bytes_per_user(),
         'bytes_per_round': self.bytes_per_round(),
         'measured_compression_rate': self.measured_compression_rate(),

@@ -95,3 +95,22 @@ def test_a_non_finite_round_stops_naming_the_round_and_the_checkpoint(
   assert expected in message
   assert 'the last checkpoint holds round 5' in message
   assert '--learning_rate' in message
+
+
+def test_run_peak_rss_keeps_the_largest_peak_of_every_process(tmp_path):
+  own_peak = training_loop.peak_rss_mb(None)
+  assert own_peak > 0
+  # The first process of a run: its own peak, now on disk.
+  first = training_loop.run_peak_rss_mb(str(tmp_path), None)
+  assert first >= own_peak
+  peak_file = tmp_path / training_loop.PEAK_RSS_FILE
+  assert float(peak_file.read_text()) == pytest.approx(first, abs=0.1)
+  # An earlier process of the run peaked higher: that peak is the run's.
+  peak_file.write_text(f'{100 * own_peak:.1f}\n')
+  assert training_loop.run_peak_rss_mb(str(tmp_path), None) == pytest.approx(
+      100 * own_peak, abs=0.1
+  )
+  # A file it cannot read is replaced by this process's peak.
+  peak_file.write_text('not a number')
+  assert training_loop.run_peak_rss_mb(str(tmp_path), None) < 100 * own_peak
+  assert float(peak_file.read_text()) > 0

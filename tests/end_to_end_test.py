@@ -91,6 +91,7 @@ def test_two_rounds_of_each_method_write_results_and_leave_no_worker(
   assert summary['test']['ndcg@10'] <= summary['test']['hr@10']
   assert summary['seconds_per_round'] > 0
   assert summary['peak_rss_mb'] > 0
+  _assert_peak_rss_kept_for_resumes(root_dir, summary)
   uploaded = summary['bytes_per_round']['upload']
   downloaded = summary['bytes_per_round']['download']
   if method_flags[0] == '--method=fedrecon' or any(
@@ -105,6 +106,12 @@ def test_two_rounds_of_each_method_write_results_and_leave_no_worker(
   assert [int(r['round']) for r in rows] == [0, 1]
   assert 'test HR@10 / NDCG@10 at best round' in result.stdout
   assert _processes_with_tag(tag) == []
+
+
+def _assert_peak_rss_kept_for_resumes(root_dir, summary):
+  # A resumed run reports the largest peak of its processes, from this file.
+  with open(os.path.join(root_dir, 'peak_rss_mb.txt')) as f:
+    assert float(f.read()) == pytest.approx(summary['peak_rss_mb'], abs=0.1)
 
 
 _RESUME_ARGS = ['--method=pfedrec', *_SMALL_RUN, '--rounds=4']
@@ -388,6 +395,7 @@ def test_tiered_run_resumes_with_the_results_of_an_uninterrupted_one(
     with open(os.path.join(root, 'summary.json')) as f:
       summaries.append(json.load(f))
   assert summaries[1]['rounds_completed'] == 4
+  _assert_peak_rss_kept_for_resumes(parts, summaries[1])
   for whole_scores, part_scores in [
       (summaries[0]['test'], summaries[1]['test']),
       *zip(summaries[0]['test']['per_tier'].values(),
