@@ -14,8 +14,12 @@ from tff_fedrec.programs import training_program
 
 
 def _exit_status_and_stderr(args, tmp_path, capsys):
-  flags.FLAGS(['train', *args, f'--root_dir={tmp_path / "run"}', '--rounds=1'])
   try:
+    # Parsed inside the try: a parse error would otherwise leave the flags
+    # it had set for the next case.
+    flags.FLAGS(
+        ['train', *args, f'--root_dir={tmp_path / "run"}', '--rounds=1']
+    )
     with pytest.raises(SystemExit) as exit_info:
       training_program.main(['train'])
   finally:
