@@ -1,0 +1,63 @@
+"""`import tff_fedrec` ends TFF's default-context worker when Python exits."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import tff_fedrec
+
+# Runs a computation in TFF's default context, which starts `worker_binary`
+# as a child, and prints the children's PIDs before exiting normally.
+_PROGRAM = r'''
+import glob
+import numpy as np
+import tensorflow_federated as tff
+import tff_fedrec
+
+@tff.tensorflow.computation(np.int32)
+def add_one(x):
+  return x + 1
+
+assert add_one(1) == 2
+children = []
+for path in glob.glob('/proc/self/task/*/children'):
+  with open(path) as f:
+    children += f.read().split()
+print('children', *children)
+'''
+
+
+def _is_running_worker(pid: str) -> bool:
+  try:
+    with open(f'/proc/{pid}/cmdline', 'rb') as f:
+      command = f.read()
+    with open(f'/proc/{pid}/stat') as f:
+      state = f.read().rsplit(')', 1)[1].split()[0]
+  except FileNotFoundError:
+    return False
+  return b'worker_binary' in command and state != 'Z'
+
+
+def test_the_default_context_worker_stops_with_the_program(tmp_path):
+  # Files, not pipes: a worker left running would hold a pipe open and
+  # keep subprocess.run waiting.
+  with open(tmp_path / 'out', 'w') as out, open(tmp_path / 'err', 'w') as err:
+    status = subprocess.run(
+        [sys.executable, '-c', _PROGRAM], stdout=out, stderr=err,
+        # The checkout this test imports, whatever the caller's directory.
+        cwd=os.path.dirname(os.path.dirname(tff_fedrec.__file__)),
+        timeout=300,
+    ).returncode
+  stdout, stderr = ((tmp_path / name).read_text() for name in ('out', 'err'))
+  assert status == 0, stderr[-3000:]
+  line = next(l for l in stdout.splitlines() if l.startswith('children'))
+  workers = line.split()[1:]
+  assert workers, 'the default context started no worker to check'
+  time.sleep(1.0)
+  left_running = [pid for pid in workers if _is_running_worker(pid)]
+  for pid in left_running:  # Do not leak them when the test fails.
+    os.kill(int(pid), signal.SIGKILL)
+  assert not left_running
+  assert 'Exception ignored' not in stderr
