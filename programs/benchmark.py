@@ -23,12 +23,14 @@ HeteFedRec 0.02662 / 0.04781, All Small 0.02203 / 0.04328, All Large
 
 import json
 import os
+import re
 import subprocess
 import sys
 
 from absl import app
 from absl import flags
 
+from tff_fedrec.algorithms import registry
 from tff_fedrec.programs import benchmark_tables
 
 _METHODS = flags.DEFINE_list(
@@ -39,9 +41,11 @@ _ROUNDS = flags.DEFINE_integer('rounds', 100, 'Rounds per method.')
 _ROOT_DIR = flags.DEFINE_string(
     'root_dir', 'runs/benchmark', 'One sub-directory per method goes here.'
 )
-_EXTRA = flags.DEFINE_list(
-    'extra_flags', [],
-    'More flags for every run, e.g. --extra_flags=--model=lightgcn.',
+_EXTRA = flags.DEFINE_string(
+    'extra_flags', '',
+    'More flags for every run, separated by commas, e.g. '
+    '--extra_flags=--model=lightgcn,--tier_ratio=1,1,1. A comma starts a new '
+    'flag only where "--" follows it, so list values keep their commas.',
 )
 _SEEDS = flags.DEFINE_list(
     'seeds', [],
@@ -61,6 +65,37 @@ def _method_flags(method: str) -> list[str]:
   return [f'--method={method}', f'--dataset={_DATASET.value}']
 
 
+def _split_extra_flags(value: str) -> list[str]:
+  """--extra_flags split into flags: at each comma followed by '--'."""
+  return re.split(r',(?=--)', value) if value else []
+
+
+@flags.validator('extra_flags')
+def _check_extra_flags(value):
+  malformed = [f for f in _split_extra_flags(value) if not f.startswith('--')]
+  if malformed:
+    raise flags.ValidationError(
+        f'--extra_flags holds {malformed[0]!r}, which is not a flag: give '
+        'flags as --name=value, separated by commas.'
+    )
+  return True
+
+
+@flags.validator('methods')
+def _check_methods(value):
+  unknown = [method for method in value if method not in registry.ALL_METHODS]
+  if unknown:
+    raise flags.ValidationError(
+        f'Unknown method(s) {", ".join(unknown)} in --methods; choose from '
+        f'{", ".join(sorted(registry.ALL_METHODS))}.'
+    )
+  return True
+
+
+def _extra_flags() -> list[str]:
+  return _split_extra_flags(_EXTRA.value)
+
+
 def _run(method: str, seed: int | None) -> dict:
   """Trains (or resumes) one run and returns its summary."""
   root_dir = os.path.join(_ROOT_DIR.value, method)
@@ -72,10 +107,21 @@ def _run(method: str, seed: int | None) -> dict:
       sys.executable, '-m', 'tff_fedrec.programs.train',
       *_method_flags(method), f'--method={method}',
       f'--dataset={_DATASET.value}', f'--rounds={_ROUNDS.value}',
-      f'--root_dir={root_dir}', *_EXTRA.value, *seed_flags,
+      f'--root_dir={root_dir}', *_extra_flags(), *seed_flags,
   ]
   print('$', ' '.join(command), flush=True)
-  subprocess.run(command, check=True)
+  status = subprocess.run(command, check=False).returncode
+  if status != 0:
+    # The train program has named the problem above; a crashed run resumes
+    # from its last checkpoint when the benchmark is run again.
+    print(
+        f'error: the {method} run'
+        + (f' (seed {seed})' if seed is not None else '')
+        + f' exited with status {status}; its error is above. Runs that '
+        'finished are kept, and running the benchmark again resumes the rest.',
+        file=sys.stderr, flush=True,
+    )
+    sys.exit(status)
   with open(os.path.join(root_dir, 'summary.json')) as f:
     return json.load(f)
 
@@ -83,7 +129,7 @@ def _run(method: str, seed: int | None) -> dict:
 def _seeds() -> list[int | None]:
   if not _SEEDS.value:
     return [None]  # The preset's seed.
-  if any(f.startswith('--seed=') for f in _EXTRA.value):
+  if any(f.startswith('--seed=') for f in _extra_flags()):
     raise app.UsageError('Give --seeds or --extra_flags=--seed=S, not both.')
   return [int(seed) for seed in _SEEDS.value]
 
@@ -118,7 +164,8 @@ def _print_table(runs: dict, seeds: list, tiered: bool) -> None:
 
 
 def main(argv):
-  del argv
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   seeds = _seeds()
   runs = {
       method: [_run(method, seed) for seed in seeds]
