@@ -114,14 +114,16 @@ def _run(method: str, seed: int | None) -> dict:
   if status != 0:
     # The train program has named the problem above; a crashed run resumes
     # from its last checkpoint when the benchmark is run again.
+    ended = (f'was killed by signal {-status}' if status < 0
+             else f'exited with status {status}')
     print(
         f'error: the {method} run'
         + (f' (seed {seed})' if seed is not None else '')
-        + f' exited with status {status}; its error is above. Runs that '
-        'finished are kept, and running the benchmark again resumes the rest.',
+        + f' {ended}; its error is above. Runs that finished are kept, and '
+        'running the benchmark again resumes the rest.',
         file=sys.stderr, flush=True,
     )
-    sys.exit(status)
+    sys.exit(status if status > 0 else 1)
   with open(os.path.join(root_dir, 'summary.json')) as f:
     return json.load(f)
 
