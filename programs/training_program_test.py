@@ -7,24 +7,17 @@ the flags as the binary does and calls `training_program.main`, which must
 exit with status 2 and name the problem on stderr, before any training.
 """
 
-from absl import flags
 import pytest
 
+from tff_fedrec.programs import program_test_utils
 from tff_fedrec.programs import training_program
 
 
 def _exit_status_and_stderr(args, tmp_path, capsys):
-  try:
-    # Parsed inside the try: a parse error would otherwise leave the flags
-    # it had set for the next case.
-    flags.FLAGS(
-        ['train', *args, f'--root_dir={tmp_path / "run"}', '--rounds=1']
-    )
-    with pytest.raises(SystemExit) as exit_info:
-      training_program.main(['train'])
-  finally:
-    flags.FLAGS.unparse_flags()
-  return exit_info.value.code, capsys.readouterr().err
+  return program_test_utils.exit_status_and_stderr(
+      'train', training_program.main,
+      [*args, f'--root_dir={tmp_path / "run"}', '--rounds=1'], capsys,
+  )
 
 
 @pytest.mark.parametrize(

@@ -15,13 +15,13 @@ import shutil
 import subprocess
 import sys
 
-from absl import flags
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from tff_fedrec.export import manifest
 from tff_fedrec.programs import export_program
+from tff_fedrec.programs import program_test_utils
 
 _PFEDREC = [
     '--method=pfedrec', '--dataset=synthetic', '--synthetic_users=30',
@@ -199,15 +199,10 @@ def _refusal(args, capsys) -> str:
   Asserts the exit status is 2 (a usage error) and that no traceback was
   printed; returns stderr.
   """
-  try:
-    # Parsed inside the try, so a failed parse leaves nothing behind.
-    flags.FLAGS(['export', *args])
-    with pytest.raises(SystemExit) as exit_info:
-      export_program.main(['export'])
-  finally:
-    flags.FLAGS.unparse_flags()
-  stderr = capsys.readouterr().err
-  assert exit_info.value.code == 2, stderr
+  status, stderr = program_test_utils.exit_status_and_stderr(
+      'export', export_program.main, args, capsys
+  )
+  assert status == 2, stderr
   assert 'Traceback' not in stderr
   return stderr
 
