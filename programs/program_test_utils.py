@@ -1,37 +1,98 @@
 """Runs a program's `main` in-process, as its binary would, for tests.
 
-A refusal (bad flags, a missing file) ends before any TensorFlow work, so
-its test calls `main` here instead of paying a TensorFlow import for a
-subprocess. `tests/end_to_end_test.py` still starts the real binaries for
-a few refusals, to check the entry points themselves.
+A subprocess costs a TensorFlow import, about 10 s here, more than a short
+run or a refusal itself. So most tests call `main` in the test process:
+refusals (bad flags, a missing file) through `exit_status_and_stderr`, and
+short runs through `run_main`. `tests/end_to_end_test.py` and
+`tests/export_test.py` still start the real binaries where the process is
+what is tested: the entry points, killed runs and workers, resumes after a
+kill, and the workers each run leaves behind.
 """
 
+import contextlib
+import io
+import os
 from collections.abc import Callable, Sequence
 
 from absl import flags
 import pytest
 
 
-def exit_status_and_stderr(
-    program: str,
-    main: Callable[[Sequence[str]], None],
-    args: Sequence[str],
-    capsys: pytest.CaptureFixture[str],
-) -> tuple[int | str | None, str]:
+def _call_main(
+    program: str, main: Callable[[Sequence[str]], None], args: Sequence[str]
+) -> tuple[int | str | None, str, str]:
   """Parses `args` as `program`'s command line and calls `main`.
 
-  `main` must end with `SystemExit` (a test that reaches here expects a
-  refusal). The flags are parsed inside the `try` whose `finally` unparses
-  them: absl keeps the values a failed parse had already set, and they
-  would leak into the next case.
+  The flags are parsed inside the `try` whose `finally` unparses them:
+  absl keeps the values a failed parse had already set, and they would
+  leak into the next case.
 
   Returns:
-    The exit code and what the program wrote to stderr.
+    The exit status (None if `main` returned), and what the program wrote
+    to stdout and to stderr.
   """
+  stdout, stderr = io.StringIO(), io.StringIO()
+  status = None
   try:
-    flags.FLAGS([program, *args])
-    with pytest.raises(SystemExit) as exit_info:
-      main([program])
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+      flags.FLAGS([program, *args])
+      try:
+        main([program])
+      except SystemExit as exit_info:
+        status = exit_info.code
   finally:
     flags.FLAGS.unparse_flags()
-  return exit_info.value.code, capsys.readouterr().err
+  return status, stdout.getvalue(), stderr.getvalue()
+
+
+def exit_status_and_stderr(
+    program: str, main: Callable[[Sequence[str]], None], args: Sequence[str]
+) -> tuple[int | str | None, str]:
+  """Runs `main` on `args`, which must make it exit (a refusal).
+
+  Returns:
+    The exit status and what the program wrote to stderr.
+  """
+  status, _, stderr = _call_main(program, main, args)
+  assert status is not None, f'{program} {args} returned instead of exiting'
+  return status, stderr
+
+
+def run_main(
+    program: str, main: Callable[[Sequence[str]], None], args: Sequence[str]
+) -> str:
+  """Runs `main` on `args` to its end; returns what it wrote to stdout.
+
+  Fails the test, with the end of stderr, if `main` exits instead of
+  returning (every program here exits only to refuse or fail).
+  """
+  status, stdout, stderr = _call_main(program, main, args)
+  if status is not None:
+    pytest.fail(f'{program} exited with status {status}:\n{stderr[-3000:]}')
+  return stdout
+
+
+def running_worker_children() -> set[int]:
+  """PIDs of this process's live children that run TFF's `worker_binary`.
+
+  A run must stop the worker it started: compare this set before and after
+  it. Zombies count as stopped.
+  """
+  pids = set()
+  for task in os.listdir(f'/proc/{os.getpid()}/task'):
+    try:
+      with open(f'/proc/{os.getpid()}/task/{task}/children') as f:
+        children = f.read().split()
+    except OSError:
+      continue
+    for pid in children:
+      try:
+        with open(f'/proc/{pid}/cmdline', 'rb') as f:
+          executable = f.read().split(b'\0')[0]
+        with open(f'/proc/{pid}/stat') as f:
+          state = f.read().rsplit(')', 1)[1].split()[0]
+      except OSError:
+        continue
+      if executable.endswith(b'/worker_binary') and state != 'Z':
+        pids.add(int(pid))
+  return pids

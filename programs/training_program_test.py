@@ -13,10 +13,10 @@ from tff_fedrec.programs import program_test_utils
 from tff_fedrec.programs import training_program
 
 
-def _exit_status_and_stderr(args, tmp_path, capsys):
+def _exit_status_and_stderr(args, tmp_path):
   return program_test_utils.exit_status_and_stderr(
       'train', training_program.main,
-      [*args, f'--root_dir={tmp_path / "run"}', '--rounds=1'], capsys,
+      [*args, f'--root_dir={tmp_path / "run"}', '--rounds=1'],
   )
 
 
@@ -57,21 +57,21 @@ def _exit_status_and_stderr(args, tmp_path, capsys):
     ],
 )
 def test_bad_flags_exit_with_status_2_naming_the_problem(
-    tmp_path, capsys, args, message
+    tmp_path, args, message
 ):
-  status, stderr = _exit_status_and_stderr(args, tmp_path, capsys)
+  status, stderr = _exit_status_and_stderr(args, tmp_path)
   assert status == 2
   assert message in stderr
   assert not (tmp_path / 'run').exists()
 
 
-def test_malformed_data_file_names_the_file_and_line(tmp_path, capsys):
+def test_malformed_data_file_names_the_file_and_line(tmp_path):
   path = tmp_path / 'ratings.csv'
   lines = [f'u{u},i{i},5,{u * 100 + i}' for u in range(5) for i in range(5)]
   lines[7] = 'u1,i2,five,100'
   path.write_text('\n'.join(lines) + '\n')
   status, stderr = _exit_status_and_stderr(
-      ['--method=pfedrec', f'--data_path={path}'], tmp_path, capsys
+      ['--method=pfedrec', f'--data_path={path}'], tmp_path
   )
   assert status == 2
   assert f'{path}:8:' in stderr

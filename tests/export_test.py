@@ -1,11 +1,11 @@
 """End-to-end: train a run, export it to TFLite, check the files on the
 interpreter against the training side.
 
-Runs `python -m tff_fedrec.programs.train` and then
-`python -m tff_fedrec.programs.export` in subprocesses, as a user does.
-The refusals call `export_program.main` in-process instead (`_refusal`):
-they end before any conversion, and a TensorFlow import per case would
-cost more than the case.
+The PFedRec pipeline runs `python -m tff_fedrec.programs.train` and then
+`python -m tff_fedrec.programs.export` in subprocesses, as a user does, so
+both binaries are checked end to end. The other cases call the programs'
+`main` in the test process (`_train`, `_export`, `_refusal`): a subprocess
+costs a TensorFlow import, about 10 s, more than most cases.
 """
 
 import csv
@@ -22,6 +22,7 @@ import tensorflow as tf
 from tff_fedrec.export import manifest
 from tff_fedrec.programs import export_program
 from tff_fedrec.programs import program_test_utils
+from tff_fedrec.programs import training_program
 
 _PFEDREC = [
     '--method=pfedrec', '--dataset=synthetic', '--synthetic_users=30',
@@ -43,8 +44,13 @@ def _program(name, args, timeout=600):
 
 
 def _train(root_dir, args):
-  result = _program('train', [*args, f'--root_dir={root_dir}'])
-  assert result.returncode == 0, result.stderr[-3000:]
+  program_test_utils.run_main(
+      'train', training_program.main, [*args, f'--root_dir={root_dir}']
+  )
+
+
+def _export(args):
+  program_test_utils.run_main('export', export_program.main, args)
 
 
 def _report(output_dir):
@@ -61,7 +67,8 @@ _SHARES_ONE_ROUND_RUNS = pytest.mark.xdist_group('one_round_runs')
 @pytest.fixture(scope='module')
 def pfedrec_export(tmp_path_factory):
   root_dir = str(tmp_path_factory.mktemp('pfedrec'))
-  _train(root_dir, _PFEDREC)
+  result = _program('train', [*_PFEDREC, f'--root_dir={root_dir}'])
+  assert result.returncode == 0, result.stderr[-3000:]
   result = _program('export', [
       f'--root_dir={root_dir}', '--users=all', '--quantizations=float32',
   ])
@@ -140,11 +147,10 @@ def test_every_leave_one_out_method_exports_what_its_tf_model_scores(
 ):
   root_dir = str(tmp_path / 'run')
   _train(root_dir, [*_PFEDREC[1:-1], *method_flags, '--rounds=1'])
-  result = _program('export', [
+  _export([
       f'--root_dir={root_dir}', '--users=u0,u7',
       '--quantizations=float32,float16',
   ])
-  assert result.returncode == 0, result.stderr[-3000:]
   rows = _report(os.path.join(root_dir, 'tflite'))['models']
   # The global model (user vector as input) and the two users' own models.
   assert [(r['user'], r['quantization']) for r in rows] == [
@@ -161,8 +167,7 @@ def test_every_leave_one_out_method_exports_what_its_tf_model_scores(
 def test_tier_models_of_hetefedrec_rank_like_the_training_side(tmp_path):
   root_dir = str(tmp_path / 'hetefedrec')
   _train(root_dir, ['--method=hetefedrec', *_TIERED])
-  result = _program('export', [f'--root_dir={root_dir}'])
-  assert result.returncode == 0, result.stderr[-3000:]
+  _export([f'--root_dir={root_dir}'])
   with open(os.path.join(root_dir, 'summary.json')) as f:
     per_tier = json.load(f)['test']['per_tier']
   rows = _report(os.path.join(root_dir, 'tflite'))['models']
@@ -193,14 +198,14 @@ def one_round_runs(tmp_path_factory):
   return runs
 
 
-def _refusal(args, capsys) -> str:
+def _refusal(args) -> str:
   """Runs `export_program.main` with `args` as the binary would.
 
   Asserts the exit status is 2 (a usage error) and that no traceback was
   printed; returns stderr.
   """
   status, stderr = program_test_utils.exit_status_and_stderr(
-      'export', export_program.main, args, capsys
+      'export', export_program.main, args
   )
   assert status == 2, stderr
   assert 'Traceback' not in stderr
@@ -215,10 +220,10 @@ def _refusal(args, capsys) -> str:
     ('all_small', ['--quantizations=int4'], 'Unknown quantization int4'),
 ])
 def test_export_refuses_what_the_run_cannot_give(
-    one_round_runs, capsys, method, args, message
+    one_round_runs, method, args, message
 ):
   root_dir = one_round_runs[method]
-  assert message in _refusal([f'--root_dir={root_dir}', *args], capsys)
+  assert message in _refusal([f'--root_dir={root_dir}', *args])
   assert not os.path.exists(os.path.join(root_dir, 'tflite', 'manifest.json'))
 
 
@@ -226,10 +231,9 @@ def test_export_refuses_what_the_run_cannot_give(
 def test_standalone_users_export_their_own_models(tmp_path, one_round_runs):
   root_dir = str(tmp_path / 'standalone')
   shutil.copytree(one_round_runs['standalone'], root_dir)
-  result = _program('export', [
+  _export([
       f'--root_dir={root_dir}', '--users=u0,u1', '--quantizations=float32',
   ])
-  assert result.returncode == 0, result.stderr[-3000:]
   rows = _report(os.path.join(root_dir, 'tflite'))['models']
   assert [r['user'] for r in rows] == ['u0', 'u1']
   assert all(r['max_abs_logit_difference'] < 1e-5 for r in rows)
@@ -238,9 +242,9 @@ def test_standalone_users_export_their_own_models(tmp_path, one_round_runs):
 
 @_SHARES_ONE_ROUND_RUNS
 def test_a_directory_without_a_run_or_checkpoint_is_refused(
-    tmp_path, capsys, one_round_runs
+    tmp_path, one_round_runs
 ):
-  stderr = _refusal([f'--root_dir={tmp_path}'], capsys)
+  stderr = _refusal([f'--root_dir={tmp_path}'])
   assert 'not a training run directory' in stderr
   # A run that wrote its flags but no checkpoint yet.
   root_dir = str(tmp_path / 'fresh')
@@ -248,4 +252,4 @@ def test_a_directory_without_a_run_or_checkpoint_is_refused(
   for name in os.listdir(os.path.join(root_dir, 'checkpoints')):
     os.rename(os.path.join(root_dir, 'checkpoints', name),
               os.path.join(root_dir, 'checkpoints', f'old_{name}'))
-  assert 'has no checkpoint yet' in _refusal([f'--root_dir={root_dir}'], capsys)
+  assert 'has no checkpoint yet' in _refusal([f'--root_dir={root_dir}'])
