@@ -5,13 +5,12 @@ run or a refusal itself. So most tests call `main` in the test process:
 refusals (bad flags, a missing file) through `exit_status_and_stderr`, and
 short runs through `run_main`. `tests/end_to_end_test.py` and
 `tests/export_test.py` still start the real binaries where the process is
-what is tested: the entry points, killed runs and workers, resumes after a
-kill, and the workers each run leaves behind.
+what is tested: the entry points, killed runs and workers, and what a
+finished binary leaves running.
 """
 
 import contextlib
 import io
-import os
 from collections.abc import Callable, Sequence
 
 from absl import flags
@@ -70,29 +69,3 @@ def run_main(
   if status is not None:
     pytest.fail(f'{program} exited with status {status}:\n{stderr[-3000:]}')
   return stdout
-
-
-def running_worker_children() -> set[int]:
-  """PIDs of this process's live children that run TFF's `worker_binary`.
-
-  A run must stop the worker it started: compare this set before and after
-  it. Zombies count as stopped.
-  """
-  pids = set()
-  for task in os.listdir(f'/proc/{os.getpid()}/task'):
-    try:
-      with open(f'/proc/{os.getpid()}/task/{task}/children') as f:
-        children = f.read().split()
-    except OSError:
-      continue
-    for pid in children:
-      try:
-        with open(f'/proc/{pid}/cmdline', 'rb') as f:
-          executable = f.read().split(b'\0')[0]
-        with open(f'/proc/{pid}/stat') as f:
-          state = f.read().rsplit(')', 1)[1].split()[0]
-      except OSError:
-        continue
-      if executable.endswith(b'/worker_binary') and state != 'Z':
-        pids.add(int(pid))
-  return pids

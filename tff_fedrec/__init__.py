@@ -1,37 +1,11 @@
 """tff_fedrec: federated recommendation methods as TensorFlow Federated processes."""
 
 import atexit as _atexit
-import glob as _glob
 import os as _os
 import signal as _signal
 import sys as _sys
 
-
-def _default_context_workers() -> list[int]:
-  """PIDs of this process's children that TFF's default context started.
-
-  They run `worker_binary` with `--max_concurrent_computation_calls=`, the
-  command line of TFF's `local_cpp_executor_factory`. Workers started any
-  other way (ours pass only `--port=`) are not this hook's to stop.
-  """
-  pids = []
-  for path in _glob.glob(f'/proc/{_os.getpid()}/task/*/children'):
-    try:
-      with open(path) as f:
-        children = f.read().split()
-    except OSError:
-      continue
-    for pid in children:
-      try:
-        with open(f'/proc/{pid}/cmdline', 'rb') as f:
-          arguments = f.read().split(b'\0')
-      except OSError:
-        continue
-      if (arguments[0].endswith(b'/worker_binary') and any(
-          a.startswith(b'--max_concurrent_computation_calls=')
-          for a in arguments)):
-        pids.append(int(pid))
-  return pids
+from tff_fedrec import worker_processes as _worker_processes
 
 
 def _drop_tff_default_context() -> None:
@@ -52,7 +26,13 @@ def _drop_tff_default_context() -> None:
   tff = _sys.modules.get('tensorflow_federated')
   if tff is None:
     return
-  for pid in _default_context_workers():
+  # TFF's `local_cpp_executor_factory` starts its worker with this flag;
+  # ours (`programs/execution.py`) pass only `--port=`, and are not this
+  # hook's to stop.
+  for pid, arguments in _worker_processes.running_worker_children().items():
+    if not any(a.startswith(b'--max_concurrent_computation_calls=')
+               for a in arguments):
+      continue
     try:
       _os.kill(pid, _signal.SIGKILL)
     except ProcessLookupError:
