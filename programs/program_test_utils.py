@@ -11,6 +11,7 @@ finished binary leaves running.
 
 import contextlib
 import io
+import sys
 from collections.abc import Callable, Sequence
 
 from absl import flags
@@ -39,6 +40,12 @@ def _call_main(
         main([program])
       except SystemExit as exit_info:
         status = exit_info.code
+  except BaseException:
+    # An uncaught error fails the test: pass on what the program wrote, so
+    # pytest shows it with the traceback.
+    sys.stdout.write(stdout.getvalue())
+    sys.stderr.write(stderr.getvalue())
+    raise
   finally:
     flags.FLAGS.unparse_flags()
   return status, stdout.getvalue(), stderr.getvalue()
