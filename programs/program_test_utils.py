@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from absl import flags
 import pytest
 
+from tff_fedrec import worker_processes
+
 
 def _call_main(
     program: str, main: Callable[[Sequence[str]], None], args: Sequence[str]
@@ -25,7 +27,8 @@ def _call_main(
 
   The flags are parsed inside the `try` whose `finally` unparses them:
   absl keeps the values a failed parse had already set, and they would
-  leak into the next case.
+  leak into the next case. Asserts that the program, whether it returned
+  or exited, stopped every TFF worker it started.
 
   Returns:
     The exit status (None if `main` returned), and what the program wrote
@@ -33,6 +36,7 @@ def _call_main(
   """
   stdout, stderr = io.StringIO(), io.StringIO()
   status = None
+  workers_before = set(worker_processes.running_worker_children())
   try:
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
       flags.FLAGS([program, *args])
@@ -48,6 +52,12 @@ def _call_main(
     raise
   finally:
     flags.FLAGS.unparse_flags()
+  left_running = (
+      set(worker_processes.running_worker_children()) - workers_before
+  )
+  assert not left_running, (
+      f'{program} left its TFF worker(s) {sorted(left_running)} running'
+  )
   return status, stdout.getvalue(), stderr.getvalue()
 
 

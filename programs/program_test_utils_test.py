@@ -1,9 +1,12 @@
 """`program_test_utils` calls a main as its binary would, and cleans up."""
 
+import os
+import subprocess
 import sys
 
 from absl import flags
 import pytest
+import tensorflow_federated as tff
 
 from tff_fedrec.programs import program_test_utils
 
@@ -67,3 +70,23 @@ def test_an_uncaught_error_passes_on_what_the_program_wrote(capsys):
   with pytest.raises(RuntimeError, match='boom'):
     program_test_utils.run_main('crash', crash, [])
   assert capsys.readouterr().out == 'half done\n'
+
+
+def test_a_program_that_leaves_its_worker_running_fails_the_test():
+  started = []
+
+  def leak(argv):
+    del argv
+    binary = os.path.join(os.path.dirname(tff.__file__), 'data',
+                          'worker_binary')
+    started.append(subprocess.Popen([binary, '--port=0'],
+                                    stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL))
+
+  try:
+    with pytest.raises(AssertionError, match='leak left its TFF worker'):
+      program_test_utils.run_main('leak', leak, [])
+  finally:
+    for process in started:
+      process.kill()
+      process.wait()
