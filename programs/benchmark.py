@@ -50,8 +50,9 @@ _EXTRA = flags.DEFINE_string(
 _SEEDS = flags.DEFINE_list(
     'seeds', [],
     'Run every method once per seed (--seed=S, in <root_dir>/<method>/'
-    'seed_S), print each seed, the mean over seeds and the best method of '
-    'each seed. Empty: one run per method with its preset\'s seed.',
+    'seed_S), print each seed, the mean over seeds, the best method of '
+    'each seed and the first method\'s paired difference from each other '
+    'one. Empty: one run per method with its preset\'s seed.',
 )
 
 _PRESET_DIR = os.path.join(os.path.dirname(__file__), 'presets')
@@ -163,6 +164,13 @@ def _print_table(runs: dict, seeds: list, tiered: bool) -> None:
       best = benchmark_tables.leaders(runs, metric)
       print(f'highest {metric} by seed: ' + ', '.join(
           f'{seed} {method}' for seed, method in zip(seeds, best)))
+    # The first method named is the one the others are compared with.
+    first, *others = runs
+    for metric in metrics:
+      for other in others:
+        print(benchmark_tables.paired_difference_line(
+            first, other, metric, benchmark_tables.paired_difference(
+                runs[first], runs[other], metric)))
 
 
 def main(argv):

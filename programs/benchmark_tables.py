@@ -6,9 +6,13 @@ lines it prints. A paper's ordering claim ("HeteFedRec is above All Large",
 HeteFedRec Table II) is about the mean and about every seed, so both are
 shown: `mean_summary` averages the figures over seeds and `leaders` names
 the method with the highest value of a metric in each seed.
+`paired_difference` says how far apart two methods are, seed by seed, and
+how much of that the seeds' spread can explain.
 """
 
 from collections.abc import Mapping, Sequence
+import dataclasses
+import math
 
 import numpy as np
 
@@ -58,6 +62,67 @@ def leaders(
       max(methods, key=lambda m: summaries_by_method[m][i]['test'][metric])
       for i in range(num_seeds)
   ]
+
+
+@dataclasses.dataclass(frozen=True)
+class PairedDifference:
+  """`first` minus `second` in a test metric, over seeds paired by seed.
+
+  Attributes:
+    mean: the mean over seeds of the per-seed difference.
+    standard_error: the sample standard deviation (n - 1) of the per-seed
+      differences over sqrt(n); NaN with one seed.
+    seeds_first_higher: in how many seeds `first` scored higher.
+    seeds: the number of seeds.
+  """
+  mean: float
+  standard_error: float
+  seeds_first_higher: int
+  seeds: int
+
+
+def paired_difference(
+    first: Sequence[Mapping], second: Sequence[Mapping], metric: str
+) -> PairedDifference:
+  """`first[i]` minus `second[i]` in test `metric`, for every seed i.
+
+  A seed fixes the split and the initial models of both runs, so the
+  difference is taken within each seed before it is averaged: the spread
+  between seeds, which both methods share, then drops out of the mean, and
+  what is left in the standard error is how much the gap itself moves.
+  For example, differences of 0.1, 0.3 and -0.1 give a mean of 0.1, a
+  standard error of 0.2 / sqrt(3) and `first` higher in 2 of 3 seeds.
+  """
+  if len(first) != len(second) or not first:
+    raise ValueError(
+        f'paired_difference needs the same seeds for both methods; got '
+        f'{len(first)} and {len(second)} runs.'
+    )
+  differences = np.array([
+      a['test'][metric] - b['test'][metric] for a, b in zip(first, second)
+  ])
+  seeds = len(differences)
+  standard_error = (
+      float(np.std(differences, ddof=1)) / math.sqrt(seeds)
+      if seeds > 1 else math.nan
+  )
+  return PairedDifference(
+      mean=float(np.mean(differences)),
+      standard_error=standard_error,
+      seeds_first_higher=int(np.sum(differences > 0)),
+      seeds=seeds,
+  )
+
+
+def paired_difference_line(
+    first: str, second: str, metric: str, difference: PairedDifference
+) -> str:
+  return (
+      f'{first} - {second} {metric}: {difference.mean:+.5f} '
+      f'(standard error {difference.standard_error:.5f} over '
+      f'{difference.seeds} seeds), {first} higher in '
+      f'{difference.seeds_first_higher} of {difference.seeds}'
+  )
 
 
 def tiered_header() -> str:

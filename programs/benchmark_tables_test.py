@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 
 from tff_fedrec.programs import benchmark_tables
@@ -69,6 +70,51 @@ def test_leaders_name_each_seeds_best_method():
   assert benchmark_tables.leaders(runs, 'recall@20') == [
       'hetefedrec', 'all_large'
   ]
+
+
+def _runs_with(metric, values):
+  return [{'test': {metric: value}} for value in values]
+
+
+def test_paired_difference_is_taken_seed_by_seed():
+  # Seed 1 is a harder split for both: unpaired, its spread would swamp
+  # the gap; paired, the gap is the same in every seed.
+  first = _runs_with('ndcg@20', [0.26, 0.16, 0.25])
+  second = _runs_with('ndcg@20', [0.25, 0.15, 0.24])
+  difference = benchmark_tables.paired_difference(first, second, 'ndcg@20')
+  assert difference.mean == pytest.approx(0.01)
+  assert difference.standard_error == pytest.approx(0.0, abs=1e-12)
+  assert (difference.seeds_first_higher, difference.seeds) == (3, 3)
+
+
+def test_paired_difference_standard_error_and_seeds_higher():
+  first = _runs_with('recall@20', [0.3, 0.5, 0.1])
+  second = _runs_with('recall@20', [0.2, 0.2, 0.2])
+  difference = benchmark_tables.paired_difference(first, second, 'recall@20')
+  assert difference.mean == pytest.approx(0.1)
+  assert difference.standard_error == pytest.approx(0.2 / np.sqrt(3))
+  assert difference.seeds_first_higher == 2
+  line = benchmark_tables.paired_difference_line(
+      'hetefedrec', 'all_large', 'recall@20', difference)
+  assert line == (
+      'hetefedrec - all_large recall@20: +0.10000 (standard error 0.11547 '
+      'over 3 seeds), hetefedrec higher in 2 of 3'
+  )
+
+
+def test_paired_difference_of_one_seed_has_no_standard_error():
+  difference = benchmark_tables.paired_difference(
+      _runs_with('ndcg@20', [0.2]), _runs_with('ndcg@20', [0.3]), 'ndcg@20')
+  assert difference.mean == pytest.approx(-0.1)
+  assert np.isnan(difference.standard_error)
+  assert difference.seeds_first_higher == 0
+
+
+def test_paired_difference_refuses_unpaired_runs():
+  with pytest.raises(ValueError, match='same seeds'):
+    benchmark_tables.paired_difference(
+        _runs_with('ndcg@20', [0.2, 0.3]), _runs_with('ndcg@20', [0.3]),
+        'ndcg@20')
 
 
 def test_tiered_row_lines_up_with_its_header_and_shows_table_iii_bytes():

@@ -1,8 +1,9 @@
 """End-to-end: `python -m tff_fedrec.programs.benchmark` as a user runs it.
 
-Two one-round seeds of a tiered method on synthetic data: the benchmark
-trains both through the train program, with the extra flags it was given,
-and prints each seed and their mean from the runs' summaries. Its table
+Two one-round seeds of two tiered methods on synthetic data: the
+benchmark trains each through the train program, with the extra flags it
+was given, and prints each seed, their mean and the two methods' paired
+difference from the runs' summaries. Its table
 logic has unit tests of its own (`programs/benchmark_tables_test.py`).
 """
 
@@ -36,7 +37,7 @@ def _row(stdout, label):
 
 def test_seeds_run_with_the_extra_flags_and_their_mean_is_printed(tmp_path):
   result = _benchmark([
-      '--methods=all_small', '--seeds=0,1', f'--root_dir={tmp_path}',
+      '--methods=all_small,all_large', '--seeds=0,1', f'--root_dir={tmp_path}',
       f'--extra_flags={_DATA_FLAGS}',
   ], cwd=tmp_path)
   assert result.returncode == 0, result.stderr[-3000:]
@@ -58,6 +59,15 @@ def test_seeds_run_with_the_extra_flags_and_their_mean_is_printed(tmp_path):
   assert recalls[0] != recalls[1]
   mean_row = _row(result.stdout, 'all_small mean of 2')
   assert float(mean_row[1]) == pytest.approx(np.mean(recalls), abs=1e-5)
+  # The first method named against each other one, seed by seed.
+  large_recalls = [
+      json.loads((tmp_path / 'all_large' / f'seed_{seed}' / 'summary.json')
+                 .read_text())['test']['recall@20'] for seed in (0, 1)
+  ]
+  differences = np.subtract(recalls, large_recalls)
+  paired = _row(result.stdout, 'all_small - all_large recall@20:')
+  assert float(paired[0]) == pytest.approx(np.mean(differences), abs=1e-5)
+  assert paired[-3:] == [str(int(np.sum(differences > 0))), 'of', '2']
 
 
 def test_a_failed_run_stops_the_benchmark_naming_it(tmp_path):
