@@ -1,13 +1,12 @@
 """`program_test_utils` calls a main as its binary would, and cleans up."""
 
-import os
 import subprocess
 import sys
 
 from absl import flags
 import pytest
-import tensorflow_federated as tff
 
+from tff_fedrec.programs import execution
 from tff_fedrec.programs import program_test_utils
 
 _VALUE = flags.DEFINE_integer(
@@ -77,9 +76,8 @@ def test_a_program_that_leaves_its_worker_running_fails_the_test():
 
   def leak(argv):
     del argv
-    binary = os.path.join(os.path.dirname(tff.__file__), 'data',
-                          'worker_binary')
-    started.append(subprocess.Popen([binary, '--port=0'],
+    started.append(subprocess.Popen([execution.worker_binary_path(),
+                                     '--port=0'],
                                     stdout=subprocess.DEVNULL,
                                     stderr=subprocess.DEVNULL))
 

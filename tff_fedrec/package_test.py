@@ -9,6 +9,7 @@ import time
 import pytest
 
 import tff_fedrec
+from tff_fedrec import worker_processes
 
 # Runs a computation in TFF's default context, which starts `worker_binary`
 # as a child, and prints the children's PIDs before exiting normally.
@@ -29,17 +30,6 @@ for path in glob.glob('/proc/self/task/*/children'):
     children += f.read().split()
 print('children', *children)
 '''
-
-
-def _is_running_worker(pid: str) -> bool:
-  try:
-    with open(f'/proc/{pid}/cmdline', 'rb') as f:
-      command = f.read()
-    with open(f'/proc/{pid}/stat') as f:
-      state = f.read().rsplit(')', 1)[1].split()[0]
-  except FileNotFoundError:
-    return False
-  return b'worker_binary' in command and state != 'Z'
 
 
 def _ignore_sigint() -> None:
@@ -75,7 +65,9 @@ def test_the_default_context_worker_stops_with_the_program(tmp_path, preexec_fn)
   workers = line.split()[1:]
   assert workers, 'the default context started no worker to check'
   time.sleep(1.0)
-  left_running = [pid for pid in workers if _is_running_worker(pid)]
+  left_running = [
+      pid for pid in workers if worker_processes.is_running_worker(pid)
+  ]
   for pid in left_running:  # Do not leak them when the test fails.
     os.kill(int(pid), signal.SIGKILL)
   assert not left_running

@@ -35,22 +35,33 @@ def running_worker_children() -> dict[int, list[bytes]]:
     except OSError:  # The thread ended meanwhile.
       continue
     for pid in children:
+      if not is_running_worker(pid):
+        continue
       try:
-        if (_executable_name(pid) != _WORKER_BINARY
-            or _state(pid) == 'Z'):
-          continue
         workers[int(pid)] = _command_line_after_exec(pid)
       except OSError:  # The child ended meanwhile.
         continue
   return workers
 
 
-def _executable_name(pid: str) -> str:
+def is_running_worker(pid: int | str) -> bool:
+  """Whether process `pid`, anyone's, runs `worker_binary` and has not ended.
+
+  Read from its executable, so it holds from the moment `Popen` returns
+  (see above). A zombie (ended, not yet reaped) does not count.
+  """
+  try:
+    return _executable_name(pid) == _WORKER_BINARY and _state(pid) != 'Z'
+  except OSError:  # No such process, or it ended meanwhile.
+    return False
+
+
+def _executable_name(pid: int | str) -> str:
   path = os.readlink(f'/proc/{pid}/exe')
   return os.path.basename(path.removesuffix(' (deleted)'))
 
 
-def _state(pid: str) -> str:
+def _state(pid: int | str) -> str:
   with open(f'/proc/{pid}/stat') as f:
     return f.read().rsplit(')', 1)[1].split()[0]
 
