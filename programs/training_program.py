@@ -195,6 +195,15 @@ _USER_LR = flags.DEFINE_float(
     'user_learning_rate', 0.001,
     'Tiered methods: learning rate of the private user embedding.',
 )
+_UPDATE_RULE = flags.DEFINE_enum(
+    'update_rule', 'server_adam', ['server_adam', 'local_adam'],
+    'Tiered methods: server_adam: each client uploads one gradient of its '
+    'data and the server takes an Adam step on their sum (default); '
+    'local_adam: each client takes --local_epochs full-batch Adam steps '
+    'from fresh moments (step --learning_rate, its user embedding '
+    'included) and the server adds the sum of the clients\' changes '
+    '(HeteFedRec Eq. 4, 8, 9, 15 with the step taken on the clients).',
+)
 _DUAL_TASK = flags.DEFINE_bool(
     'dual_task', True, 'hetefedrec: unified dual-task learning (Eq. 11).'
 )
@@ -472,12 +481,29 @@ _NOT_TIERED_FLAGS = (
 
 
 def _check_tiered_flags() -> None:
+  local_adam = _UPDATE_RULE.value == 'local_adam'
+  if local_adam and _METHOD.value == 'standalone':
+    raise FlagError(
+        '--update_rule=local_adam does not apply to --method=standalone: its '
+        'clients keep their whole model and Adam state on the device. Drop '
+        'the flag.'
+    )
+  for holder in (_USER_OPTIMIZER, _USER_LR):
+    if local_adam and holder.value != flags.FLAGS[holder.name].default:
+      raise FlagError(
+          f'--{holder.name} does not apply to --update_rule=local_adam: the '
+          'user embedding trains with the local Adam (--learning_rate). '
+          'Drop the flag.'
+      )
   for holder in _NOT_TIERED_FLAGS:
+    if local_adam and holder is _LOCAL_EPOCHS:
+      continue
     if holder.value != flags.FLAGS[holder.name].default:
       raise FlagError(
           f'--{holder.name} does not apply to --method={_METHOD.value}: a '
           'tiered client takes one gradient of its whole data per round '
-          '(HeteFedRec Algorithm 1) with item tables as wide as '
+          '(HeteFedRec Algorithm 1; --local_epochs needs '
+          '--update_rule=local_adam) with item tables as wide as '
           '--tier_widths, scored by full ranking. Drop the flag.'
       )
 
@@ -514,6 +540,9 @@ def _prepare_tiered(data_config, summary_fields):
       distillation_learning_rate=_DISTILLATION_LR.value,
       user_optimizer=_USER_OPTIMIZER.value,
       user_learning_rate=_USER_LR.value,
+      update_rule=_UPDATE_RULE.value,
+      local_epochs=_LOCAL_EPOCHS.value if _UPDATE_RULE.value == 'local_adam'
+      else 1,
       seed=_SEED.value,
   )
   if _CLIENTS_PER_ROUND.value is None and _CLIENT_FRACTION.value is None:

@@ -342,7 +342,8 @@ _TIERED_RUN = [
 @pytest.mark.parametrize(
     'method, extra_flags',
     [(m, []) for m in sorted(registry.HETERO_METHODS)]
-    + [('hetefedrec', ['--model=lightgcn'])],
+    + [('hetefedrec', ['--model=lightgcn']),
+       ('hetefedrec', ['--update_rule=local_adam', '--local_epochs=2'])],
     ids=lambda value: (
         ' '.join(f.lstrip('-') for f in value)
         if isinstance(value, list) else value

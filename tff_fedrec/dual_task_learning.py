@@ -21,12 +21,15 @@ Theta_b (uploaded). `client_gradients` does this for U clients of one tier at
 once: the clients' losses are independent, so the gradient of their sum is
 each client's gradient for u and the sum of the clients' gradients for the
 public parameters, which the server sums anyway (Eq. 8, Eq. 15).
+`local_adam_changes` is the alternative of Sec. III.A: several local Adam
+steps on each client's own copy of the parameters, uploading the change.
 """
 
 import collections
 
 import tensorflow as tf
 
+from tff_fedrec import adam
 from tff_fedrec import decorrelation
 from tff_fedrec import hetero_models
 
@@ -149,5 +152,79 @@ def client_gradients(
       item_rows=row_grads,
       score_layers=layer_grads,
       loss_sum=tf.reduce_sum(losses.own_tier),
+      num_examples=tf.reduce_sum(example_mask),
+  )
+
+
+ClientChanges = collections.namedtuple(
+    'ClientChanges',
+    ['user', 'item_rows', 'score_layers', 'loss_sum', 'num_examples'],
+)
+
+
+def local_adam_changes(
+    spec: hetero_models.HeteroSpec,
+    tier: int,
+    user: tf.Tensor,
+    rows: tf.Tensor,
+    row_mask: tf.Tensor,
+    items: tf.Tensor,
+    labels: tf.Tensor,
+    example_mask: tf.Tensor,
+    score_layers,
+    *,
+    dual_task: bool,
+    decorrelation_weight: float,
+    learning_rate: float,
+    local_epochs: int,
+) -> ClientChanges:
+  """Local training of Sec. III.A, the FedRec protocol HeteFedRec builds on.
+
+  Each of the U clients trains its own copy of (u_i, its rows of V_a, every
+  Theta_b) on L'_a (Eq. 14) for `local_epochs` full-batch steps of Adam
+  (Sec. V.D) started afresh from zero moments at the downloaded
+  parameters, as a client that holds no optimizer state between rounds
+  does. It keeps its new u_i (Eq. 3's private update) and uploads the
+  change of the public parameters written as a descent direction,
+  d_i = x_0 - x_L, so that the server's step of Eq. 4 / 8 / 9 / 15,
+  V <- V - sum_i d_i, applies the clients' own steps summed. With one local
+  epoch a fresh Adam step is lr * g / (|g| + eps) per coordinate.
+
+  Arguments as in `client_losses`, except that `score_layers` holds the
+  shared Theta_b (kernels [f_in, f_out]) of all three tiers, which each
+  client copies. Returns `ClientChanges(user [U, N_a] (the new embeddings),
+  item_rows [U, T, N_a] (d of each client's rows), score_layers (d of each
+  Theta_b summed over the clients; zeros for tiers not in L'_a),
+  loss_sum, num_examples)`; loss_sum is the Eq. 2 part at the downloaded
+  parameters, for reporting.
+  """
+  num_users = tf.shape(user)[0]
+  per_client = lambda x: tf.broadcast_to(
+      x, tf.concat([[num_users], tf.shape(x)], 0)
+  )
+  start = (user, rows, tf.nest.map_structure(per_client, score_layers))
+  params = start
+  state = adam.initial_state(params)
+  loss_sum = None
+  for _ in range(local_epochs):
+    grads = client_gradients(
+        spec, tier, params[0], params[1], row_mask, items, labels,
+        example_mask, params[2], dual_task=dual_task,
+        decorrelation_weight=decorrelation_weight,
+    )
+    if loss_sum is None:
+      loss_sum = grads.loss_sum
+    params, state = adam.apply(
+        params, (grads.user, grads.item_rows, grads.score_layers), state,
+        learning_rate=learning_rate,
+    )
+  changes = tf.nest.map_structure(tf.subtract, start, params)
+  return ClientChanges(
+      user=params[0],
+      item_rows=changes[1],
+      score_layers=tf.nest.map_structure(
+          lambda d: tf.reduce_sum(d, axis=0), changes[2]
+      ),
+      loss_sum=loss_sum,
       num_examples=tf.reduce_sum(example_mask),
   )

@@ -190,3 +190,82 @@ def test_dual_task_trains_the_small_prefix_of_a_large_client():
   assert dual_task_learning.tier_terms(2, True) == (0, 1, 2)
   assert dual_task_learning.tier_terms(2, False) == (2,)
   assert dual_task_learning.tier_terms(0, True) == (0,)
+
+
+def _reference_local_adam(tier, client, layers, lr, epochs):
+  """One client's own Adam from zero moments, `epochs` full-batch steps of
+  the reference loss on (u, its table, its copy of the scorers), written out
+  in numpy; returns (new u, new table, new scorers)."""
+  user, table, items, labels = client
+  params = [user.astype(np.float64), table.astype(np.float64),
+            [tf.nest.map_structure(lambda x: np.array(x, np.float64), l)
+             for l in layers]]
+  flat = tf.nest.flatten(params)
+  m = [np.zeros_like(x) for x in flat]
+  v = [np.zeros_like(x) for x in flat]
+  for step in range(1, epochs + 1):
+    variables = [tf.Variable(tf.constant(x, tf.float32)) for x in flat]
+    current = tf.nest.pack_sequence_as(params, variables)
+    with tf.GradientTape() as tape:
+      loss = _reference_loss(tier, current[0], current[1], items, labels,
+                             current[2], True, 0.7)
+    grads = tape.gradient(loss, variables,
+                          unconnected_gradients=tf.UnconnectedGradients.ZERO)
+    for k, g in enumerate(grads):
+      g = tf.convert_to_tensor(g).numpy().astype(np.float64)
+      m[k] = 0.9 * m[k] + 0.1 * g
+      v[k] = 0.999 * v[k] + 0.001 * g * g
+      flat[k] = flat[k] - lr * (m[k] / (1 - 0.9**step)) / (
+          np.sqrt(v[k] / (1 - 0.999**step)) + 1e-8)
+  return tf.nest.pack_sequence_as(params, flat)
+
+
+@pytest.mark.parametrize('tier', [0, 2])
+@pytest.mark.parametrize('epochs', [1, 3])
+def test_local_adam_changes_match_each_clients_own_adam(tier, epochs):
+  params = hetero_models.initial_parameters(_SPEC, seed=3)
+  layers = tf.nest.map_structure(tf.constant, params['score_layers'])
+  clients = [_client(20 + c, tier, n) for c, n in enumerate([7, 4, 5])]
+  users, rows, row_mask, local, labels, example_mask, row_ids = _group(
+      clients
+  )
+  lr = 0.01
+
+  got = dual_task_learning.local_adam_changes(
+      _SPEC, tier, tf.constant(users), tf.constant(rows),
+      tf.constant(row_mask), tf.constant(local), tf.constant(labels),
+      tf.constant(example_mask), layers, dual_task=True,
+      decorrelation_weight=0.7, learning_rate=lr, local_epochs=epochs,
+  )
+
+  layer_change_sum = None
+  for c, client in enumerate(clients):
+    new_user, new_table, new_layers = _reference_local_adam(
+        tier, client, layers, lr, epochs)
+    np.testing.assert_allclose(got.user[c], new_user, rtol=1e-4, atol=1e-5)
+    ids = row_ids[c]
+    np.testing.assert_allclose(
+        got.item_rows[c, : len(ids)], client[1][ids] - new_table[ids],
+        rtol=1e-3, atol=1e-6,
+    )
+    assert not np.any(got.item_rows[c, len(ids):])
+    change = tf.nest.map_structure(
+        lambda old, new: np.asarray(old, np.float64) - new, layers, new_layers)
+    layer_change_sum = change if layer_change_sum is None else (
+        tf.nest.map_structure(np.add, layer_change_sum, change))
+  tf.nest.map_structure(
+      lambda g, e: np.testing.assert_allclose(g, e, rtol=1e-3, atol=1e-6),
+      got.score_layers, layer_change_sum,
+  )
+  if epochs == 1:
+    # A fresh Adam's first step moves every trained coordinate by lr.
+    moved = np.abs(got.item_rows.numpy()[row_mask > 0])
+    np.testing.assert_allclose(moved[moved > 0], lr, rtol=1e-3)
+  # The reported loss is Eq. 2 at the downloaded parameters.
+  before = dual_task_learning.client_gradients(
+      _SPEC, tier, tf.constant(users), tf.constant(rows),
+      tf.constant(row_mask), tf.constant(local), tf.constant(labels),
+      tf.constant(example_mask), layers, dual_task=True,
+      decorrelation_weight=0.7,
+  )
+  np.testing.assert_allclose(got.loss_sum, before.loss_sum, rtol=1e-6)

@@ -16,6 +16,12 @@ embedding u_i [N_a] (`hetero_models`). Algorithm 1, one round:
     self-distillation on a random item subset (Eq. 16-17,
     `distillation.ensemble_distillation`).
 
+With `HeteroConfig.update_rule='local_adam'` Adam runs on the clients
+instead (Sec. III.A's local training): each client takes L full-batch steps
+from fresh moments and uploads its change d_i = x_0 - x_L
+(`dual_task_learning.local_adam_changes`); the server's step is
+x <- x - sum_i d_i (Eq. 4, 9, 15), then the same distillation.
+
 The baselines of Sec. V.C are the same process with parts switched off
 (`HeteroConfig`): "directly aggregate" is Eq. 8 without UDL, DDR and RESKD;
 "clustered" sums each tier's uploads into its own tables only; "all small" /
@@ -55,6 +61,7 @@ from tff_fedrec.algorithms import two_phase
 
 AGGREGATIONS = ('padded', 'clustered')
 USER_OPTIMIZERS = ('sgd', 'adam')
+UPDATE_RULES = ('server_adam', 'local_adam')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +84,15 @@ class HeteroConfig:
     user_optimizer: How a client moves its private u_i: 'sgd' is Eq. 3,
       u <- u - lr_u grad; 'adam' keeps Adam moments in the client state.
     user_learning_rate: lr_u.
+    update_rule: Where Adam runs. 'server_adam': each client uploads one
+      gradient of its whole data (Algorithm 1 lines 16-26) and the server
+      takes an Adam step on their sums, keeping the moments. 'local_adam':
+      each client trains for `local_epochs` full-batch Adam steps from
+      fresh moments (`dual_task_learning.local_adam_changes`, u_i
+      included, so `user_optimizer` / `user_learning_rate` are unused) and
+      uploads its change; the server adds the clients' changes summed, as
+      Eq. 4, 8, 9 and 15 write it with the step taken on the clients.
+    local_epochs: L of Algorithm 1 ('local_adam' only).
     seed: Seeds the distillation item subsets.
   """
 
@@ -88,6 +104,8 @@ class HeteroConfig:
   aggregation: str = 'padded'
   user_optimizer: str = 'sgd'
   user_learning_rate: float = 0.001
+  update_rule: str = 'server_adam'
+  local_epochs: int = 1
   seed: int = 0
 
   def __post_init__(self):
@@ -100,6 +118,18 @@ class HeteroConfig:
       raise ValueError(
           f'aggregation must be one of {AGGREGATIONS}; got '
           f'{self.aggregation!r}.'
+      )
+    if self.update_rule not in UPDATE_RULES:
+      raise ValueError(
+          f'update_rule must be one of {UPDATE_RULES}; got '
+          f'{self.update_rule!r}.'
+      )
+    if self.local_epochs < 1:
+      raise ValueError(f'local_epochs must be >= 1; got {self.local_epochs}.')
+    if self.local_epochs != 1 and self.update_rule != 'local_adam':
+      raise ValueError(
+          'local_epochs applies to update_rule="local_adam" only: under '
+          '"server_adam" a client uploads one gradient per round.'
       )
 
 
@@ -181,24 +211,36 @@ def build_hetefedrec_process(
       example_mask = tf.sequence_mask(
           data['num_examples'], tf.shape(data['items'])[1], tf.float32
       )
-      grads = dual_task_learning.client_gradients(
-          spec, tier, local['user'][:, :width], rows, row_mask,
-          data['items'], data['labels'], example_mask,
-          params['score_layers'], dual_task=config.dual_task,
-          decorrelation_weight=config.decorrelation_weight,
-      )
       user_state = adam.AdamState(
           m=local['adam_m'][:, :width],
           v=local['adam_v'][:, :width],
           step=local['adam_step'][:, None],
       )
-      if config.user_optimizer == 'adam':
-        user, user_state = adam.apply(
-            local['user'][:, :width], grads.user, user_state,
-            learning_rate=config.user_learning_rate,
+      if config.update_rule == 'local_adam':
+        grads = dual_task_learning.local_adam_changes(
+            spec, tier, local['user'][:, :width], rows, row_mask,
+            data['items'], data['labels'], example_mask,
+            params['score_layers'], dual_task=config.dual_task,
+            decorrelation_weight=config.decorrelation_weight,
+            learning_rate=config.learning_rate,
+            local_epochs=config.local_epochs,
         )
+        user = grads.user
       else:
-        user = local['user'][:, :width] - config.user_learning_rate * grads.user
+        grads = dual_task_learning.client_gradients(
+            spec, tier, local['user'][:, :width], rows, row_mask,
+            data['items'], data['labels'], example_mask,
+            params['score_layers'], dual_task=config.dual_task,
+            decorrelation_weight=config.decorrelation_weight,
+        )
+        if config.user_optimizer == 'adam':
+          user, user_state = adam.apply(
+              local['user'][:, :width], grads.user, user_state,
+              learning_rate=config.user_learning_rate,
+          )
+        else:
+          user = (local['user'][:, :width]
+                  - config.user_learning_rate * grads.user)
       pad = lambda x: tf.pad(x, [[0, 0], [0, largest - width]])
       new_local = collections.OrderedDict(
           user=pad(user),
@@ -275,12 +317,19 @@ def build_hetefedrec_process(
             )
         ),
     )
-    params, optimizer = adam.apply(
-        state['parameters'],
-        grads,
-        adam.AdamState(**state['optimizer']),
-        learning_rate=config.learning_rate,
-    )
+    if config.update_rule == 'local_adam':
+      # Eq. 4 / 9 / 15: the clients took the steps; add their sum.
+      params = tf.nest.map_structure(
+          tf.subtract, state['parameters'], grads
+      )
+      optimizer = adam.AdamState(**state['optimizer'])
+    else:
+      params, optimizer = adam.apply(
+          state['parameters'],
+          grads,
+          adam.AdamState(**state['optimizer']),
+          learning_rate=config.learning_rate,
+      )
     tables = list(params['item_tables'])
     loss_before = loss_after = tf.zeros([len(widths)])
     if config.distillation_items:

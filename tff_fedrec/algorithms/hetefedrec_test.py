@@ -76,13 +76,20 @@ def _expected_round(method, groups, locals_in):
     row_mask = (np.arange(t) < data['num_rows'][:, None]).astype(np.float32)
     example_mask = (np.arange(n) < data['num_examples'][:, None]).astype(
         np.float32)
-    grads = dual_task_learning.client_gradients(
+    local_adam = method.config.update_rule == 'local_adam'
+    arguments = (
         _SPEC, tier, tf.constant(local['user'][:, :width]), rows,
         tf.constant(row_mask), tf.constant(data['items']),
         tf.constant(data['labels']), tf.constant(example_mask),
-        params['score_layers'], dual_task=method.config.dual_task,
-        decorrelation_weight=method.config.decorrelation_weight,
-    )
+        params['score_layers'])
+    options = dict(dual_task=method.config.dual_task,
+                   decorrelation_weight=method.config.decorrelation_weight)
+    if local_adam:  # Uploads are the clients' changes (tested on their own).
+      grads = dual_task_learning.local_adam_changes(
+          *arguments, **options, learning_rate=method.config.learning_rate,
+          local_epochs=method.config.local_epochs)
+    else:
+      grads = dual_task_learning.client_gradients(*arguments, **options)
     table_grad = np.zeros([_SPEC.num_items, width], np.float32)
     for u in range(len(data['num_rows'])):
       ids = data['row_ids'][u, : data['num_rows'][u]]
@@ -99,7 +106,9 @@ def _expected_round(method, groups, locals_in):
         lambda s, g: s + data['include'] * g.numpy(), layer_sums,
         grads.score_layers)
     user = local['user'].copy()
-    if method.config.user_optimizer == 'adam':
+    if local_adam:
+      user[:, :width] = grads.user.numpy()
+    elif method.config.user_optimizer == 'adam':
       user[:, :width] = _first_adam_step(
           user[:, :width], grads.user.numpy(),
           method.config.user_learning_rate)
@@ -107,12 +116,16 @@ def _expected_round(method, groups, locals_in):
       user[:, :width] -= method.config.user_learning_rate * grads.user.numpy()
     users_out.append(user)
   lr = method.config.learning_rate
-  tables = [_first_adam_step(t, g, lr)
+  if method.config.update_rule == 'local_adam':
+    # Eq. 4 / 9 / 15: the server adds the clients' summed changes.
+    step = lambda x, change: x - change
+  else:
+    step = lambda x, g: _first_adam_step(x, g, lr)
+  tables = [step(t, g)
             for t, g in zip(method.initial_parameters['item_tables'],
                             table_sums)]
   layers = tf.nest.map_structure(
-      lambda p, g: _first_adam_step(p, g, lr),
-      method.initial_parameters['score_layers'], layer_sums)
+      step, method.initial_parameters['score_layers'], layer_sums)
   return tables, layers, users_out
 
 
@@ -133,7 +146,13 @@ def _setup():
                         dual_task=False, decorrelation_weight=0.0),
     dataclasses.replace(_NO_DISTILLATION, user_optimizer='adam',
                         user_learning_rate=0.02),
-], ids=['hetefedrec', 'no_udl', 'clustered', 'adam_users'])
+    dataclasses.replace(_NO_DISTILLATION, update_rule='local_adam',
+                        local_epochs=2),
+    dataclasses.replace(_NO_DISTILLATION, update_rule='local_adam',
+                        aggregation='clustered', dual_task=False,
+                        decorrelation_weight=0.0),
+], ids=['hetefedrec', 'no_udl', 'clustered', 'adam_users', 'local_adam',
+        'local_adam_clustered'])
 def test_one_round_matches_the_round_written_out(config):
   method = hetefedrec.build_hetefedrec(spec=_SPEC, config=config, seed=0)
   groups, locals_in = _setup()
@@ -208,3 +227,13 @@ def test_distillation_lowers_its_loss_and_breaks_only_the_ties_it_should():
   # Exactly the 6 distilled items' rows moved, in at least one table.
   assert np.count_nonzero(np.any(changed, axis=0)) <= 6
   assert np.any(changed)
+
+
+@pytest.mark.parametrize('changes, message', [
+    (dict(update_rule='client_sgd'), 'update_rule must be one of'),
+    (dict(update_rule='local_adam', local_epochs=0), 'local_epochs must be'),
+    (dict(local_epochs=2), 'local_epochs applies to update_rule="local_adam"'),
+])
+def test_inconsistent_update_rules_are_refused(changes, message):
+  with pytest.raises(ValueError, match=message):
+    dataclasses.replace(_NO_DISTILLATION, **changes)
