@@ -21,6 +21,7 @@ import json
 import os
 import statistics
 import time
+import warnings
 from typing import Callable, Optional
 
 import numpy as np
@@ -148,6 +149,11 @@ def tiered_ranking_metrics(
   `score_users(data_tier, users, train_offsets, train_items)` returns the
   scores [len(users), I] of the tier's users; train_offsets / train_items
   are their training items in CSR form.
+
+  `tied_users` counts the evaluated users whose model gives every ranked
+  item the same score (a collapsed scorer, e.g. all ReLUs dead): their
+  top K is the item order of the tie-break (`metrics.full_ranking_metrics`),
+  not a recommendation.
   """
   per_tier = {}
   totals = collections.Counter()
@@ -170,20 +176,34 @@ def tiered_ranking_metrics(
         scores, exclude_mask=exclude, test_offsets=test_offsets,
         test_items=test_items, k=k,
     )
-    evaluated = int(np.count_nonzero(np.diff(test_offsets)))
+    has_test = np.diff(test_offsets) > 0
+    evaluated = int(np.count_nonzero(has_test))
+    tied = int(np.count_nonzero(has_test & tied_rows(scores, exclude)))
     per_tier[name] = {
         f'recall@{k}': result['recall'],
         f'ndcg@{k}': result['ndcg'],
         'users': evaluated,
+        'tied_users': tied,
     }
     totals['users'] += evaluated
+    totals['tied_users'] += tied
     totals['recall'] += result['recall'] * evaluated
     totals['ndcg'] += result['ndcg'] * evaluated
   return {
       f'recall@{k}': totals['recall'] / totals['users'],
       f'ndcg@{k}': totals['ndcg'] / totals['users'],
+      'tied_users': totals['tied_users'],
       'per_tier': per_tier,
   }
+
+
+def tied_rows(scores: np.ndarray, exclude: np.ndarray) -> np.ndarray:
+  """bool [U]: whether all of a row's scores outside `exclude` are equal."""
+  ranked = np.where(exclude, np.nan, scores)
+  with np.errstate(invalid='ignore'), warnings.catch_warnings():
+    warnings.simplefilter('ignore', RuntimeWarning)  # all-excluded rows
+    spread = np.nanmax(ranked, axis=1) - np.nanmin(ranked, axis=1)
+  return ~(spread > 0)
 
 
 def popularity_metrics(

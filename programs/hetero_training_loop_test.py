@@ -117,3 +117,34 @@ def test_training_negatives_may_be_test_items_but_never_training_items():
       negatives[position] |= set(items[labels == 0].tolist())
   assert negatives[0] == {2, 3}
   assert negatives[1] == {0, 1, 2}
+
+
+def test_users_whose_model_ties_every_item_are_counted_per_tier():
+  # 4 items, 3 users in tiers small / medium / large (ratio 1:1:1 by training
+  # size), each testing on item 3. User 0's model is constant over its ranked
+  # items 1-3 (its training item 0 scores differently, but is not ranked);
+  # user 1's separates items; user 2's is constant, with only item 3 left.
+  data = preprocessing.RandomSplitData(
+      num_users=3, num_items=4, user_ids=np.arange(3), item_ids=np.arange(4),
+      train_offsets=np.array([0, 1, 3, 6]),
+      train_items=np.array([0, 0, 1, 0, 1, 2], np.int32),
+      test_offsets=np.array([0, 1, 2, 3]),
+      test_items=np.array([3, 3, 3], np.int32),
+      interacted_offsets=np.array([0, 2, 5, 9]),
+      interacted_items=np.array([0, 3, 0, 1, 3, 0, 1, 2, 3], np.int32),
+  )
+  data_tier = np.array([0, 1, 2])
+  model = {0: [9.0, 0.5, 0.5, 0.5], 1: [0.0, 0.0, 0.1, 0.2],
+           2: [1.0, 1.0, 1.0, 1.0]}
+
+  def score_users(tier, users, train_offsets, train_items):
+    return np.array([model[u] for u in users], np.float32)
+
+  result = hetero_training_loop.tiered_ranking_metrics(
+      data, data_tier, score_users, k=1)
+  assert result['tied_users'] == 2
+  assert [result['per_tier'][t]['tied_users']
+          for t in ('small', 'medium', 'large')] == [1, 0, 1]
+  # User 0's tie is broken by item index (item 1, a miss); users 1 and 2
+  # rank item 3 first.
+  np.testing.assert_allclose(result['recall@1'], 2 / 3)

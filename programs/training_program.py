@@ -425,6 +425,11 @@ def _hetero_results_table(summary: dict) -> str:
       ('test Recall@20 / NDCG@20 (last round)',
        f'{test["recall@20"]:.5f} / {test["ndcg@20"]:.5f}'),
   ]
+  if test.get('tied_users'):
+    rows.append((
+        'users whose model scores every item the same',
+        f'{test["tied_users"]} (collapsed; ranked by item index)',
+    ))
   for name, tier in test['per_tier'].items():
     sent = summary['bytes_per_client'][name]
     rows.append((
