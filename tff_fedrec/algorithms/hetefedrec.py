@@ -69,7 +69,8 @@ class HeteroConfig:
   """What a round does (HeteFedRec Sec. IV, V.D and Table IV's ablations).
 
   Attributes:
-    learning_rate: Adam's step for every public parameter. Sec. V.D says
+    learning_rate: Adam's step for every public parameter (on the server,
+      or on each client with update_rule 'local_adam'). Sec. V.D says
       0.001; with Algorithm 1's one gradient per round that leaves every
       method of Table II a popularity ranker after 480 rounds on ML-1M,
       while 0.01 learns beyond it (README, HeteFedRec), hence the default.
@@ -216,23 +217,21 @@ def build_hetefedrec_process(
           v=local['adam_v'][:, :width],
           step=local['adam_step'][:, None],
       )
+      arguments = (
+          spec, tier, local['user'][:, :width], rows, row_mask,
+          data['items'], data['labels'], example_mask,
+          params['score_layers'],
+      )
+      options = dict(dual_task=config.dual_task,
+                     decorrelation_weight=config.decorrelation_weight)
       if config.update_rule == 'local_adam':
         grads = dual_task_learning.local_adam_changes(
-            spec, tier, local['user'][:, :width], rows, row_mask,
-            data['items'], data['labels'], example_mask,
-            params['score_layers'], dual_task=config.dual_task,
-            decorrelation_weight=config.decorrelation_weight,
-            learning_rate=config.learning_rate,
+            *arguments, **options, learning_rate=config.learning_rate,
             local_epochs=config.local_epochs,
         )
         user = grads.user
       else:
-        grads = dual_task_learning.client_gradients(
-            spec, tier, local['user'][:, :width], rows, row_mask,
-            data['items'], data['labels'], example_mask,
-            params['score_layers'], dual_task=config.dual_task,
-            decorrelation_weight=config.decorrelation_weight,
-        )
+        grads = dual_task_learning.client_gradients(*arguments, **options)
         if config.user_optimizer == 'adam':
           user, user_state = adam.apply(
               local['user'][:, :width], grads.user, user_state,
