@@ -589,8 +589,27 @@ def _prepare_tiered(data_config, summary_fields):
   return data, method, loop_config, run_class, description
 
 
+# Flags of the tiered methods alone; the other methods refuse them rather
+# than ignore them (--tier_ratio also sets FedRAS's tiers).
+_TIERED_ONLY_FLAGS = (
+    _TIER_WIDTHS, _NEIGHBOR_GRADIENT, _USER_OPTIMIZER, _USER_LR,
+    _UPDATE_RULE, _DUAL_TASK, _DECORRELATION_WEIGHT, _DISTILLATION_ITEMS,
+    _DISTILLATION_LR,
+)
+
+
+def _check_leave_one_out_flags() -> None:
+  for holder in _TIERED_ONLY_FLAGS:
+    if holder.value != flags.FLAGS[holder.name].default:
+      raise FlagError(
+          f'--{holder.name} applies to the tiered methods (hetefedrec and its '
+          f'baselines), not to --method={_METHOD.value}. Drop the flag.'
+      )
+
+
 def _prepare_leave_one_out(data_config, summary_fields):
   """PFedRec's protocol: leave-one-out, 1 + 99 ranking."""
+  _check_leave_one_out_flags()
   data = datasets.load_leave_one_out(
       data_config, num_eval_negatives=_EVAL_NEGATIVES.value
   )
