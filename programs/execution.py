@@ -6,7 +6,11 @@ program leaves the worker running (holding the caller's stdout open). Here the
 program starts the same binary itself:
 
 - the child gets PR_SET_PDEATHSIG=SIGKILL, so the kernel ends it when this
-  process dies, even by SIGKILL;
+  process dies, even by SIGKILL. A fresh interpreter sets it and then execs
+  the binary (`_EXEC_WITH_PDEATHSIG`): a `preexec_fn` would make Popen
+  fork this multi-threaded process and run gRPC's fork handlers in the
+  child, which has been seen to abort the child ("ev_epoll1_linux.cc Check
+  failed: next_worker->state == KICKED") before the worker ever started;
 - `worker_execution_context` stops it on every normal or exceptional exit;
 - its output goes to a log file, never to the caller's pipes;
 - a watchdog thread notices when it dies mid-run (it has been seen to
@@ -18,7 +22,6 @@ The Python side talks to it over gRPC exactly as TFF's own local context does
 """
 
 import contextlib
-import ctypes
 import ipaddress
 import os
 import signal
@@ -54,9 +57,15 @@ def worker_binary_path() -> str:
   return os.path.join(os.path.dirname(tff.__file__), 'data', 'worker_binary')
 
 
-def _die_with_parent() -> None:
-  libc = ctypes.CDLL('libc.so.6', use_errno=True)
-  libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+# argv: PARENT_PID BINARY ARGS...; exits 1 if the parent already died (its
+# death would then not reach the child).
+_EXEC_WITH_PDEATHSIG = (
+    'import ctypes, os, sys\n'
+    f'ctypes.CDLL(None).prctl({_PR_SET_PDEATHSIG}, {int(signal.SIGKILL)})\n'
+    'if os.getppid() != int(sys.argv[1]):\n'
+    '  sys.exit(1)\n'
+    'os.execv(sys.argv[2], sys.argv[2:])\n'
+)
 
 
 def _unused_port() -> int:
@@ -72,11 +81,11 @@ def start_worker(
   port = port or _unused_port()
   with open(log_path, 'ab') as log:
     process = subprocess.Popen(
-        [worker_binary_path(), f'--port={port}'],
+        [sys.executable, '-I', '-S', '-c', _EXEC_WITH_PDEATHSIG,
+         str(os.getpid()), worker_binary_path(), f'--port={port}'],
         stdin=subprocess.DEVNULL,
         stdout=log,
         stderr=log,
-        preexec_fn=_die_with_parent,
     )
   return process, port
 
