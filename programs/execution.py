@@ -36,6 +36,8 @@ from typing import Iterator, Optional
 import grpc
 import tensorflow_federated as tff
 
+from tff_fedrec import worker_processes
+
 _PR_SET_PDEATHSIG = 1
 _GRPC_MAX_MESSAGE_BYTES = 2 * 1000 * 1000 * 1000
 _GRPC_OPTIONS = [
@@ -87,7 +89,27 @@ def start_worker(
         stdout=log,
         stderr=log,
     )
+  _wait_for_exec(process)
   return process, port
+
+
+def _wait_for_exec(process: subprocess.Popen, timeout_seconds=30.0) -> None:
+  """Returns once `process` runs `worker_binary` (the interpreter of
+  `_EXEC_WITH_PDEATHSIG` has exec'd it), so from then on it is listed as a
+  worker (`worker_processes`) like a binary started directly."""
+  deadline = time.monotonic() + timeout_seconds
+  while not worker_processes.is_running_worker(process.pid):
+    if process.poll() is not None:
+      raise WorkerStartError(
+          f'{worker_binary_path()} did not start (exit status '
+          f'{process.returncode}).'
+      )
+    if time.monotonic() > deadline:
+      stop_worker(process)
+      raise WorkerStartError(
+          f'{worker_binary_path()} did not start within {timeout_seconds:.0f} s.'
+      )
+    time.sleep(0.001)
 
 
 def stop_worker(process: subprocess.Popen) -> None:
