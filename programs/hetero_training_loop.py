@@ -197,13 +197,23 @@ def tiered_ranking_metrics(
   }
 
 
-def tied_rows(scores: np.ndarray, exclude: np.ndarray) -> np.ndarray:
-  """bool [U]: whether all of a row's scores outside `exclude` are equal."""
-  ranked = np.where(exclude, np.nan, scores)
-  with np.errstate(invalid='ignore'), warnings.catch_warnings():
-    warnings.simplefilter('ignore', RuntimeWarning)  # all-excluded rows
-    spread = np.nanmax(ranked, axis=1) - np.nanmin(ranked, axis=1)
-  return ~(spread > 0)
+def tied_rows(
+    scores: np.ndarray, exclude: np.ndarray, user_batch_size: int = 256
+) -> np.ndarray:
+  """bool [U]: whether all of a row's scores outside `exclude` are equal.
+
+  Rows are read `user_batch_size` at a time, as `metrics.full_ranking_metrics`
+  ranks them, so no masked copy of all scores is made.
+  """
+  tied = np.empty(scores.shape[0], bool)
+  for start in range(0, scores.shape[0], user_batch_size):
+    rows = slice(start, start + user_batch_size)
+    ranked = np.where(exclude[rows], np.nan, scores[rows])
+    with np.errstate(invalid='ignore'), warnings.catch_warnings():
+      warnings.simplefilter('ignore', RuntimeWarning)  # all-excluded rows
+      spread = np.nanmax(ranked, axis=1) - np.nanmin(ranked, axis=1)
+    tied[rows] = ~(spread > 0)
+  return tied
 
 
 def popularity_metrics(

@@ -148,3 +148,16 @@ def test_users_whose_model_ties_every_item_are_counted_per_tier():
   # User 0's tie is broken by item index (item 1, a miss); users 1 and 2
   # rank item 3 first.
   np.testing.assert_allclose(result['recall@1'], 2 / 3)
+
+
+def test_tied_rows_is_the_same_in_batches_of_any_size():
+  rng = np.random.default_rng(0)
+  scores = rng.normal(size=(7, 5)).astype(np.float32)
+  scores[[1, 4]] = 2.0
+  scores[6, 2:] = 0.5
+  exclude = np.zeros(scores.shape, bool)
+  exclude[6, :2] = True  # Row 6 is tied on its ranked items only.
+  want = np.array([0, 1, 0, 0, 1, 0, 1], bool)
+  for batch in (1, 3, 256):
+    np.testing.assert_array_equal(
+        hetero_training_loop.tied_rows(scores, exclude, batch), want)

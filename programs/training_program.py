@@ -485,6 +485,11 @@ _NOT_TIERED_FLAGS = (
 )
 
 
+def _changed_flags(holders) -> list:
+  """The flags among `holders` given a value other than their default."""
+  return [h for h in holders if h.value != flags.FLAGS[h.name].default]
+
+
 def _check_tiered_flags() -> None:
   local_adam = _UPDATE_RULE.value == 'local_adam'
   if local_adam and _METHOD.value == 'standalone':
@@ -493,17 +498,15 @@ def _check_tiered_flags() -> None:
         'clients keep their whole model and Adam state on the device. Drop '
         'the flag.'
     )
-  for holder in (_USER_OPTIMIZER, _USER_LR):
-    if local_adam and holder.value != flags.FLAGS[holder.name].default:
+  if local_adam:
+    for holder in _changed_flags((_USER_OPTIMIZER, _USER_LR)):
       raise FlagError(
           f'--{holder.name} does not apply to --update_rule=local_adam: the '
           'user embedding trains with the local Adam (--learning_rate). '
           'Drop the flag.'
       )
-  for holder in _NOT_TIERED_FLAGS:
-    if local_adam and holder is _LOCAL_EPOCHS:
-      continue
-    if holder.value != flags.FLAGS[holder.name].default:
+  for holder in _changed_flags(_NOT_TIERED_FLAGS):
+    if not (local_adam and holder is _LOCAL_EPOCHS):
       raise FlagError(
           f'--{holder.name} does not apply to --method={_METHOD.value}: a '
           'tiered client takes one gradient of its whole data per round '
@@ -546,8 +549,7 @@ def _prepare_tiered(data_config, summary_fields):
       user_optimizer=_USER_OPTIMIZER.value,
       user_learning_rate=_USER_LR.value,
       update_rule=_UPDATE_RULE.value,
-      local_epochs=_LOCAL_EPOCHS.value if _UPDATE_RULE.value == 'local_adam'
-      else 1,
+      local_epochs=_LOCAL_EPOCHS.value,  # Not 1 only with local_adam.
       seed=_SEED.value,
   )
   if _CLIENTS_PER_ROUND.value is None and _CLIENT_FRACTION.value is None:
@@ -599,12 +601,11 @@ _TIERED_ONLY_FLAGS = (
 
 
 def _check_leave_one_out_flags() -> None:
-  for holder in _TIERED_ONLY_FLAGS:
-    if holder.value != flags.FLAGS[holder.name].default:
-      raise FlagError(
-          f'--{holder.name} applies to the tiered methods (hetefedrec and its '
-          f'baselines), not to --method={_METHOD.value}. Drop the flag.'
-      )
+  for holder in _changed_flags(_TIERED_ONLY_FLAGS):
+    raise FlagError(
+        f'--{holder.name} applies to the tiered methods (hetefedrec and its '
+        f'baselines), not to --method={_METHOD.value}. Drop the flag.'
+    )
 
 
 def _prepare_leave_one_out(data_config, summary_fields):
