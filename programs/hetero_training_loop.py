@@ -111,6 +111,21 @@ def round_examples(data, config, round_num, users):
   )
 
 
+def held_out_examples(num_examples, fraction: float, rng) -> list:
+  """Per user of the round, 1 for the examples it holds out to guide its
+  local training (HeteFedRec Sec. V.A: 10% of a selected client's training
+  data): ceil(fraction * n) of its n examples drawn at random, but never
+  all of them, and none when `fraction` is 0."""
+  masks = []
+  for n in num_examples:
+    mask = np.zeros([n], np.float32)
+    if fraction:
+      count = min(int(np.ceil(fraction * n)), n - 1)
+      mask[rng.choice(n, size=count, replace=False)] = 1.0
+    masks.append(mask)
+  return masks
+
+
 def bytes_per_client(method: hetefedrec.HeteroMethod) -> dict:
   """Bytes one client of each data tier receives and sends per round
   (Table III): V_a plus the Theta_b it trains (b <= a with UDL), float32.
@@ -323,8 +338,12 @@ class HeteroTrainingRun:
         f'{self._config.rounds} rounds done.'
     )
 
-  def _client_groups(self, users, examples):
+  def _client_groups(self, users, examples, round_num):
     """(users of each TFF client, its client data), one tier per client."""
+    held_out = held_out_examples(
+        np.diff(examples.offsets), self._method.config.validation_fraction,
+        np.random.default_rng([self._config.seed, round_num, 2]),
+    )
     groups = []
     for data_tier in range(len(tiers.TIER_NAMES)):
       positions = np.flatnonzero(self.data_tier[users] == data_tier)
@@ -337,6 +356,7 @@ class HeteroTrainingRun:
             collections.OrderedDict(
                 items=items.astype(np.int32),
                 labels=labels.astype(np.float32),
+                validation=held_out[position],
             )
         )
       for group in user_groups.group_positions(
@@ -354,7 +374,7 @@ class HeteroTrainingRun:
     start = time.perf_counter()
     users = round_users(self._data.num_users, self._config, round_num)
     examples = round_examples(self._data, self._config, round_num, users)
-    groups = self._client_groups(users, examples)
+    groups = self._client_groups(users, examples, round_num)
     locals_in = [self._group_local(group) for group, _ in groups]
     self.server_state, locals_out, round_metrics = two_phase.run_round(
         self._method.process, self.server_state, locals_in,

@@ -161,3 +161,15 @@ def test_tied_rows_is_the_same_in_batches_of_any_size():
   for batch in (1, 3, 256):
     np.testing.assert_array_equal(
         hetero_training_loop.tied_rows(scores, exclude, batch), want)
+
+
+def test_held_out_examples_take_a_tenth_rounded_up_but_never_everything():
+  rng = np.random.default_rng(0)
+  masks = hetero_training_loop.held_out_examples([80, 9, 1, 5], 0.1, rng)
+  assert [int(m.sum()) for m in masks] == [8, 1, 0, 1]
+  assert [m.size for m in masks] == [80, 9, 1, 5]
+  # The draw is random: two rounds hold out different examples.
+  again = hetero_training_loop.held_out_examples([80], 0.1, rng)
+  assert not np.array_equal(again[0], masks[0])
+  assert all(not m.any() for m in hetero_training_loop.held_out_examples(
+      [80, 9], 0.0, rng))

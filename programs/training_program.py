@@ -204,6 +204,19 @@ _UPDATE_RULE = flags.DEFINE_enum(
     'included) and the server adds the sum of the clients\' changes '
     '(HeteFedRec Eq. 4, 8, 9, 15 with the step taken on the clients).',
 )
+_LOCAL_VALIDATION = flags.DEFINE_float(
+    'local_validation_fraction', 0.0,
+    'Tiered methods with --update_rule=local_adam: the share of a selected '
+    'client\'s examples held out, drawn every round, to guide its local '
+    'training (HeteFedRec Sec. V.A: 0.1): the client keeps its local epoch '
+    'of lowest held-out loss. 0 trains on everything and keeps the last.',
+)
+_CHANGE_AGGREGATION = flags.DEFINE_enum(
+    'change_aggregation', 'sum', ['sum', 'mean'],
+    'Tiered methods with --update_rule=local_adam: sum: the server adds '
+    'the clients\' changes (Eq. 4, 8, 15 as written); mean: FedAvg, each '
+    'parameter moves by the mean change of the clients that trained it.',
+)
 _DUAL_TASK = flags.DEFINE_bool(
     'dual_task', True, 'hetefedrec: unified dual-task learning (Eq. 11).'
 )
@@ -505,6 +518,19 @@ def _check_tiered_flags() -> None:
           'user embedding trains with the local Adam (--learning_rate). '
           'Drop the flag.'
       )
+  else:
+    for holder in _changed_flags((_LOCAL_VALIDATION, _CHANGE_AGGREGATION)):
+      raise FlagError(
+          f'--{holder.name} needs --update_rule=local_adam: under '
+          'server_adam a client takes no local steps and the server '
+          'aggregates gradients. Add --update_rule=local_adam or drop the '
+          'flag.'
+      )
+  if not 0.0 <= _LOCAL_VALIDATION.value < 1.0:
+    raise FlagError(
+        '--local_validation_fraction must be in [0, 1) (the paper holds '
+        f'out 0.1); got {_LOCAL_VALIDATION.value}.'
+    )
   for holder in _changed_flags(_NOT_TIERED_FLAGS):
     if not (local_adam and holder is _LOCAL_EPOCHS):
       raise FlagError(
@@ -550,6 +576,8 @@ def _prepare_tiered(data_config, summary_fields):
       user_learning_rate=_USER_LR.value,
       update_rule=_UPDATE_RULE.value,
       local_epochs=_LOCAL_EPOCHS.value,  # Not 1 only with local_adam.
+      validation_fraction=_LOCAL_VALIDATION.value,
+      change_aggregation=_CHANGE_AGGREGATION.value,
       seed=_SEED.value,
   )
   if _CLIENTS_PER_ROUND.value is None and _CLIENT_FRACTION.value is None:
@@ -596,7 +624,7 @@ def _prepare_tiered(data_config, summary_fields):
 _TIERED_ONLY_FLAGS = (
     _TIER_WIDTHS, _NEIGHBOR_GRADIENT, _USER_OPTIMIZER, _USER_LR,
     _UPDATE_RULE, _DUAL_TASK, _DECORRELATION_WEIGHT, _DISTILLATION_ITEMS,
-    _DISTILLATION_LR,
+    _DISTILLATION_LR, _LOCAL_VALIDATION, _CHANGE_AGGREGATION,
 )
 
 

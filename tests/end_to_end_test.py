@@ -343,7 +343,9 @@ _TIERED_RUN = [
     'method, extra_flags',
     [(m, []) for m in sorted(registry.HETERO_METHODS)]
     + [('hetefedrec', ['--model=lightgcn']),
-       ('hetefedrec', ['--update_rule=local_adam', '--local_epochs=2'])],
+       ('hetefedrec', ['--update_rule=local_adam', '--local_epochs=2',
+                       '--local_validation_fraction=0.1',
+                       '--change_aggregation=mean'])],
     ids=lambda value: (
         ' '.join(f.lstrip('-') for f in value)
         if isinstance(value, list) else value

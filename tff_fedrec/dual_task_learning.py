@@ -177,6 +177,7 @@ def local_adam_changes(
     decorrelation_weight: float,
     learning_rate: float,
     local_epochs: int,
+    validation_mask: tf.Tensor | None = None,
 ) -> ClientChanges:
   """Local training of Sec. III.A, the FedRec protocol HeteFedRec builds on.
 
@@ -189,6 +190,14 @@ def local_adam_changes(
   d_i = x_0 - x_L, so that the server's step of Eq. 4 / 8 / 9 / 15,
   V <- V - sum_i d_i, applies the clients' own steps summed. With one local
   epoch a fresh Adam step is lr * g / (|g| + eps) per coordinate.
+
+  With a `validation_mask` [U, n] (1 for the examples a client holds out,
+  which `example_mask` then excludes), the validation split guides the
+  local training as Sec. V.A says 10% of a selected client's training
+  data does: after each epoch the client measures its Eq. 2 loss under its
+  own scorer Theta_a on the held-out examples, and it keeps the parameters
+  of its best epoch of 1..L (early stopping; ties go to the later epoch,
+  so a client without held-out examples keeps epoch L).
 
   Arguments as in `client_losses`, except that `score_layers` holds the
   shared Theta_b (kernels [f_in, f_out]) of all three tiers, which each
@@ -206,6 +215,7 @@ def local_adam_changes(
   params = start
   state = adam.initial_state(params)
   loss_sum = None
+  best = best_loss = None
   for _ in range(local_epochs):
     grads = client_gradients(
         spec, tier, params[0], params[1], row_mask, items, labels,
@@ -218,6 +228,17 @@ def local_adam_changes(
         params, (grads.user, grads.item_rows, grads.score_layers), state,
         learning_rate=learning_rate,
     )
+    if validation_mask is not None:
+      best, best_loss = _keep_best_epoch(
+          best, best_loss, params,
+          client_losses(
+              spec, tier, params[0], params[1], row_mask, items, labels,
+              validation_mask, params[2], dual_task=dual_task,
+              decorrelation_weight=decorrelation_weight,
+          ).own_tier,
+      )
+  if validation_mask is not None:
+    params = best
   changes = tf.nest.map_structure(tf.subtract, start, params)
   return ClientChanges(
       user=params[0],
@@ -228,3 +249,19 @@ def local_adam_changes(
       loss_sum=loss_sum,
       num_examples=tf.reduce_sum(example_mask),
   )
+
+
+def _keep_best_epoch(best, best_loss, params, loss):
+  """Each client's parameters of lowest validation `loss` [U] so far (the
+  newer on ties); every leaf of `params` has the clients first."""
+  if best is None:
+    return params, loss
+  newer = loss <= best_loss
+
+  def choose(new, old):
+    mask = tf.reshape(newer, tf.concat(
+        [tf.shape(newer), tf.ones([tf.rank(new) - 1], tf.int32)], 0))
+    return tf.where(mask, new, old)
+
+  return (tf.nest.map_structure(choose, params, best),
+          tf.where(newer, loss, best_loss))

@@ -196,7 +196,13 @@ def _reference_local_adam(tier, client, layers, lr, epochs):
   """One client's own Adam from zero moments, `epochs` full-batch steps of
   the reference loss on (u, its table, its copy of the scorers), written out
   in numpy; returns (new u, new table, new scorers)."""
+  return _reference_adam_epochs(tier, client, layers, lr, epochs)[-1]
+
+
+def _reference_adam_epochs(tier, client, layers, lr, epochs, alpha=0.7):
+  """`_reference_local_adam`'s parameters after each of its epochs."""
   user, table, items, labels = client
+  history = []
   params = [user.astype(np.float64), table.astype(np.float64),
             [tf.nest.map_structure(lambda x: np.array(x, np.float64), l)
              for l in layers]]
@@ -208,7 +214,7 @@ def _reference_local_adam(tier, client, layers, lr, epochs):
     current = tf.nest.pack_sequence_as(params, variables)
     with tf.GradientTape() as tape:
       loss = _reference_loss(tier, current[0], current[1], items, labels,
-                             current[2], True, 0.7)
+                             current[2], True, alpha)
     grads = tape.gradient(loss, variables,
                           unconnected_gradients=tf.UnconnectedGradients.ZERO)
     for k, g in enumerate(grads):
@@ -217,7 +223,8 @@ def _reference_local_adam(tier, client, layers, lr, epochs):
       v[k] = 0.999 * v[k] + 0.001 * g * g
       flat[k] = flat[k] - lr * (m[k] / (1 - 0.9**step)) / (
           np.sqrt(v[k] / (1 - 0.999**step)) + 1e-8)
-  return tf.nest.pack_sequence_as(params, flat)
+    history.append(tf.nest.pack_sequence_as(params, list(flat)))
+  return history
 
 
 @pytest.mark.parametrize('tier', [0, 2])
@@ -269,3 +276,58 @@ def test_local_adam_changes_match_each_clients_own_adam(tier, epochs):
       decorrelation_weight=0.7,
   )
   np.testing.assert_allclose(got.loss_sum, before.loss_sum, rtol=1e-6)
+
+
+def test_a_validation_split_keeps_each_clients_best_epoch():
+  # Sec. V.A: a held-out 10% of a client's data guides its local training.
+  # Each client keeps the epoch (of 1..L) whose parameters give the lowest
+  # Eq. 2 loss under its own scorer on its held-out examples.
+  tier, epochs, lr = 1, 4, 0.3
+  params = hetero_models.initial_parameters(_SPEC, seed=3)
+  layers = tf.nest.map_structure(tf.constant, params['score_layers'])
+  sizes = [9, 8, 10, 6, 7]
+  clients = [_client(40 + c, tier, n) for c, n in enumerate(sizes)]
+  users, rows, row_mask, local, labels, example_mask, row_ids = _group(
+      clients
+  )
+  held_out = np.zeros_like(example_mask)
+  for c, n in enumerate(sizes[:-1]):  # The last client holds out nothing.
+    held_out[c, n - 3 : n] = 1.0
+
+  got = dual_task_learning.local_adam_changes(
+      _SPEC, tier, tf.constant(users), tf.constant(rows),
+      tf.constant(row_mask), tf.constant(local), tf.constant(labels),
+      tf.constant(example_mask - held_out), layers, dual_task=True,
+      decorrelation_weight=0.0, learning_rate=lr, local_epochs=epochs,
+      validation_mask=tf.constant(held_out),
+  )
+
+  chosen = []
+  for c, (user, table, items, y) in enumerate(clients):
+    train = held_out[c, : len(items)] == 0
+    history = _reference_adam_epochs(
+        tier, (user, table, items[train], y[train]), layers, lr, epochs,
+        alpha=0.0)
+    if train.all():
+      best = epochs - 1
+    else:
+      losses = [
+          float(_reference_loss(
+              tier, tf.constant(h[0], tf.float32),
+              tf.constant(h[1], tf.float32), items[~train], y[~train],
+              tf.nest.map_structure(lambda x: tf.constant(x, tf.float32),
+                                    h[2]),
+              False, 0.0))
+          for h in history
+      ]
+      best = len(losses) - 1 - int(np.argmin(losses[::-1]))
+    chosen.append(best)
+    new_user, new_table, _ = history[best]
+    np.testing.assert_allclose(got.user[c], new_user, rtol=1e-4, atol=1e-4)
+    ids = row_ids[c]
+    np.testing.assert_allclose(
+        got.item_rows[c, : len(ids)], table[ids] - new_table[ids],
+        rtol=1e-3, atol=1e-4,
+    )
+  # The case is one where early stopping matters: some client stops early.
+  assert min(chosen) < epochs - 1 and chosen[-1] == epochs - 1

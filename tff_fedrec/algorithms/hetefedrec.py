@@ -20,7 +20,11 @@ With `HeteroConfig.update_rule='local_adam'` Adam runs on the clients
 instead (Sec. III.A's local training): each client takes L full-batch steps
 from fresh moments and uploads its change d_i = x_0 - x_L
 (`dual_task_learning.local_adam_changes`); the server's step is
-x <- x - sum_i d_i (Eq. 4, 9, 15), then the same distillation.
+x <- x - sum_i d_i (Eq. 4, 9, 15), then the same distillation. Two options
+of that rule: `validation_fraction` holds out part of each client's
+examples to pick its best local epoch (Sec. V.A), and
+`change_aggregation='mean'` averages each coordinate's changes over the
+clients that trained it (FedAvg [10]) instead of summing them.
 
 The baselines of Sec. V.C are the same process with parts switched off
 (`HeteroConfig`): "directly aggregate" is Eq. 8 without UDL, DDR and RESKD;
@@ -62,6 +66,7 @@ from tff_fedrec.algorithms import two_phase
 AGGREGATIONS = ('padded', 'clustered')
 USER_OPTIMIZERS = ('sgd', 'adam')
 UPDATE_RULES = ('server_adam', 'local_adam')
+CHANGE_AGGREGATIONS = ('sum', 'mean')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +99,17 @@ class HeteroConfig:
       uploads its change; the server adds the clients' changes summed, as
       Eq. 4, 8, 9 and 15 write it with the step taken on the clients.
     local_epochs: L of Algorithm 1 ('local_adam' only).
+    validation_fraction: 'local_adam' only: the share of a selected
+      client's examples held out to guide its local training (Sec. V.A:
+      10%); the client keeps its epoch of lowest held-out loss
+      (`dual_task_learning.local_adam_changes`). The program draws the
+      split every round (`client_data_type`'s `validation`); 0 keeps every
+      example for training and the last epoch.
+    change_aggregation: 'local_adam' only. 'sum': x <- x - sum_i d_i, as
+      Eq. 4 / 8 / 15 write it. 'mean': FedAvg [10], which Sec. III.A cites
+      for the aggregation: each Theta_b moves by the mean change of the
+      clients that trained it, and each item row's slice of dimensions by
+      the mean change of the clients that uploaded that row at that width.
     seed: Seeds the distillation item subsets.
   """
 
@@ -107,6 +123,8 @@ class HeteroConfig:
   user_learning_rate: float = 0.001
   update_rule: str = 'server_adam'
   local_epochs: int = 1
+  validation_fraction: float = 0.0
+  change_aggregation: str = 'sum'
   seed: int = 0
 
   def __post_init__(self):
@@ -132,6 +150,25 @@ class HeteroConfig:
           'local_epochs applies to update_rule="local_adam" only: under '
           '"server_adam" a client uploads one gradient per round.'
       )
+    if self.change_aggregation not in CHANGE_AGGREGATIONS:
+      raise ValueError(
+          f'change_aggregation must be one of {CHANGE_AGGREGATIONS}; got '
+          f'{self.change_aggregation!r}.'
+      )
+    if not 0.0 <= self.validation_fraction < 1.0:
+      raise ValueError(
+          'validation_fraction must be in [0, 1); got '
+          f'{self.validation_fraction}.'
+      )
+    if self.update_rule != 'local_adam' and (
+        self.validation_fraction or self.change_aggregation != 'sum'
+    ):
+      raise ValueError(
+          'validation_fraction and change_aggregation apply to '
+          'update_rule="local_adam" only: under "server_adam" a client '
+          'takes no local steps to guide and the server aggregates '
+          'gradients.'
+      )
 
 
 def client_data_type() -> collections.OrderedDict:
@@ -144,6 +181,7 @@ def client_data_type() -> collections.OrderedDict:
       items=tff.TensorType(np.int32, [None, None]),
       labels=tff.TensorType(np.float32, [None, None]),
       num_examples=tff.TensorType(np.int32, [None]),
+      validation=tff.TensorType(np.float32, [None, None]),
   )
 
 
@@ -200,6 +238,7 @@ def build_hetefedrec_process(
   else:
     table_aggregation = None
   layer_aggregation = tff.aggregators.SumFactory().create(layers_type)
+  averaging = config.change_aggregation == 'mean'
 
   def tier_branch(tier, params, local, data):
     width = widths[tier]
@@ -209,9 +248,10 @@ def build_hetefedrec_process(
       row_mask = tf.sequence_mask(
           data['num_rows'], tf.shape(data['row_ids'])[1], tf.float32
       )
+      # Held-out examples (`validation` 1) never enter the training loss.
       example_mask = tf.sequence_mask(
           data['num_examples'], tf.shape(data['items'])[1], tf.float32
-      )
+      ) * (1.0 - data['validation'])
       user_state = adam.AdamState(
           m=local['adam_m'][:, :width],
           v=local['adam_v'][:, :width],
@@ -228,6 +268,8 @@ def build_hetefedrec_process(
         grads = dual_task_learning.local_adam_changes(
             *arguments, **options, learning_rate=config.learning_rate,
             local_epochs=config.local_epochs,
+            validation_mask=(data['validation']
+                             if config.validation_fraction else None),
         )
         user = grads.user
       else:
@@ -260,6 +302,31 @@ def build_hetefedrec_process(
 
     return run
 
+  def _contributions(data):
+    """How many of the group's users each mean divides by: per item row
+    and tier b, the users whose upload reaches dimensions N_{b-1}:N_b of
+    that row (padded: tier >= b; clustered: tier == b); per Theta_b, the
+    users who train it (Eq. 15's sets, `dual_task_learning.tier_terms`)."""
+    tier = data['tier']
+    row_mask = tf.sequence_mask(
+        data['num_rows'], tf.shape(data['row_ids'])[1], tf.float32
+    )
+    touched = tf.scatter_nd(
+        tf.reshape(data['row_ids'], [-1, 1]), tf.reshape(row_mask, [-1]),
+        [spec.num_items],
+    )
+    tiers = tf.range(len(widths))
+    if config.aggregation == 'padded':
+      reaches = tier >= tiers
+    else:
+      reaches = tf.equal(tier, tiers)
+    trains = (tiers <= tier) if config.dual_task else tf.equal(tiers, tier)
+    users = tf.cast(tf.shape(data['num_rows'])[0], tf.float32)
+    return (
+        touched[:, None] * tf.cast(reaches, tf.float32) * data['include'],
+        users * tf.cast(trains, tf.float32) * data['include'],
+    )
+
   @tff.tensorflow.computation(params_type, local_type, data_type)
   def client_update(params, local, data):
     new_local, table_grad, layer_grads, loss_sum, num_examples = (
@@ -284,6 +351,8 @@ def build_hetefedrec_process(
         tables=table_upload, score_layers=layer_grads, loss_sum=loss_sum,
         num_examples=num_examples,
     )
+    if averaging:
+      upload['row_counts'], upload['layer_counts'] = _contributions(data)
     return new_local, upload
 
   @tff.tensorflow.computation
@@ -300,13 +369,43 @@ def build_hetefedrec_process(
 
   server_state_type = initial_state.type_signature.result
 
+  count_types = (
+      tff.TensorType(np.float32, [spec.num_items, len(widths)]),
+      tff.TensorType(np.float32, [len(widths)]),
+  )
+
+  def mean_changes(table_sums, layer_sums, row_counts, layer_counts):
+    """Sums divided by their contributors (`_contributions`; at least 1)."""
+    row_counts = tf.maximum(row_counts, 1.0)
+    tables = []
+    for tier, table in enumerate(table_sums):
+      if config.aggregation == 'padded':
+        divisor = tf.concat([
+            tf.tile(row_counts[:, b : b + 1],
+                    [1, widths[b] - (widths[b - 1] if b else 0)])
+            for b in range(tier + 1)
+        ], axis=1)
+      else:
+        divisor = row_counts[:, tier : tier + 1]
+      tables.append(table / divisor)
+    layers = [
+        tf.nest.map_structure(
+            lambda x, b=b: x / tf.maximum(layer_counts[b], 1.0), layer)
+        for b, layer in enumerate(layer_sums)
+    ]
+    return tables, layers
+
   @tff.tensorflow.computation(
       server_state_type,
       tff.to_type([tff.TensorType(np.float32, [spec.num_items, w])
                    for w in widths]),
       layers_type,
+      tff.to_type(count_types if averaging else ()),
   )
-  def server_update(state, table_grads, layer_grads):
+  def server_update(state, table_grads, layer_grads, counts):
+    if averaging:
+      table_grads, layer_grads = mean_changes(
+          table_grads, layer_grads, *counts)
     # The same nest as the parameters, whatever sequence types TFF returns.
     grads = tf.nest.pack_sequence_as(
         state['optimizer']['m'],
@@ -397,8 +496,16 @@ def build_hetefedrec_process(
     layer_output = layer_aggregation.next(
         layer_aggregation.initialize(), uploads.score_layers
     )
+    if averaging:
+      counts = tff.federated_zip((
+          tff.federated_sum(uploads.row_counts),
+          tff.federated_sum(uploads.layer_counts),
+      ))
+    else:
+      counts = tff.federated_value((), tff.SERVER)
     new_state, loss_before, loss_after = tff.federated_map(
-        server_update, (server_state, table_sums, layer_output.result)
+        server_update,
+        (server_state, table_sums, layer_output.result, counts),
     )
     train_loss, num_examples = two_phase.mean_train_loss(uploads)
     metrics = tff.federated_zip(

@@ -26,11 +26,13 @@ def tff_worker():
     yield pid
 
 
-def _user(seed, n):
+def _user(seed, n, held_out=0):
+  """A user of n examples, the last `held_out` of them held out."""
   rng = np.random.default_rng(seed)
   return collections.OrderedDict(
       items=rng.integers(0, _SPEC.num_items, n).astype(np.int32),
       labels=(rng.random(n) < 0.4).astype(np.float32),
+      validation=(np.arange(n) >= n - held_out).astype(np.float32),
   )
 
 
@@ -62,9 +64,13 @@ def _first_adam_step(x, g, lr):
 def _expected_round(method, groups, locals_in):
   """Client gradients (`dual_task_learning`, tested against its own
   reference), padded sums (Eq. 8), per-tier scorer sums (Eq. 15), one Adam
-  step from zero state."""
+  step from zero state; with change_aggregation 'mean', each sum divided by
+  its contributors, counted here user by user."""
   params = tf.nest.map_structure(tf.constant, method.initial_parameters)
   table_sums = [np.zeros(t.shape, np.float32) for t in params['item_tables']]
+  table_counts = [np.zeros(t.shape, np.float32)
+                  for t in params['item_tables']]
+  layer_counts = np.zeros([3], np.float32)
   layer_sums = tf.nest.map_structure(np.zeros_like, method.initial_parameters[
       'score_layers'])
   users_out = []
@@ -75,7 +81,7 @@ def _expected_round(method, groups, locals_in):
     t, n = data['row_ids'].shape[1], data['items'].shape[1]
     row_mask = (np.arange(t) < data['num_rows'][:, None]).astype(np.float32)
     example_mask = (np.arange(n) < data['num_examples'][:, None]).astype(
-        np.float32)
+        np.float32) * (1 - data['validation'])
     local_adam = method.config.update_rule == 'local_adam'
     arguments = (
         _SPEC, tier, tf.constant(local['user'][:, :width]), rows,
@@ -87,13 +93,21 @@ def _expected_round(method, groups, locals_in):
     if local_adam:  # Uploads are the clients' changes (tested on their own).
       grads = dual_task_learning.local_adam_changes(
           *arguments, **options, learning_rate=method.config.learning_rate,
-          local_epochs=method.config.local_epochs)
+          local_epochs=method.config.local_epochs,
+          validation_mask=(tf.constant(data['validation'])
+                           if method.config.validation_fraction else None))
     else:
       grads = dual_task_learning.client_gradients(*arguments, **options)
     table_grad = np.zeros([_SPEC.num_items, width], np.float32)
     for u in range(len(data['num_rows'])):
       ids = data['row_ids'][u, : data['num_rows'][u]]
       np.add.at(table_grad, ids, grads.item_rows.numpy()[u, : len(ids)])
+      for target, w in enumerate(_SPEC.widths):
+        if method.config.aggregation == 'padded' or target == tier:
+          table_counts[target][ids, : min(w, width)] += data['include']
+      for term in dual_task_learning.tier_terms(
+          tier, method.config.dual_task):
+        layer_counts[term] += data['include']
     table_grad *= data['include']
     padded = np.zeros([_SPEC.num_items, _SPEC.widths[-1]], np.float32)
     padded[:, :width] = table_grad
@@ -116,6 +130,11 @@ def _expected_round(method, groups, locals_in):
       user[:, :width] -= method.config.user_learning_rate * grads.user.numpy()
     users_out.append(user)
   lr = method.config.learning_rate
+  if method.config.change_aggregation == 'mean':
+    table_sums = [s / np.maximum(c, 1) for s, c in zip(table_sums,
+                                                       table_counts)]
+    layer_sums = [tf.nest.map_structure(lambda x, c=c: x / max(c, 1), layer)
+                  for layer, c in zip(layer_sums, layer_counts)]
   if method.config.update_rule == 'local_adam':
     # Eq. 4 / 9 / 15: the server adds the clients' summed changes.
     step = lambda x, change: x - change
@@ -129,11 +148,12 @@ def _expected_round(method, groups, locals_in):
   return tables, layers, users_out
 
 
-def _setup():
+def _setup(held_out=0):
   # Two small clients in one TFF client, one large client; no medium client.
+  # With `held_out`, the first and the large client hold out examples.
   groups = [
-      _group(0, [_user(1, 6), _user(2, 3)]),
-      _group(2, [_user(3, 9)]),
+      _group(0, [_user(1, 6, held_out), _user(2, 3)]),
+      _group(2, [_user(3, 9, held_out)]),
   ]
   locals_in = [_locals(2, 0, seed=4), _locals(1, 2, seed=5)]
   return groups, locals_in
@@ -151,11 +171,20 @@ def _setup():
     dataclasses.replace(_NO_DISTILLATION, update_rule='local_adam',
                         aggregation='clustered', dual_task=False,
                         decorrelation_weight=0.0),
+    dataclasses.replace(_NO_DISTILLATION, update_rule='local_adam',
+                        local_epochs=3, validation_fraction=0.1,
+                        change_aggregation='mean', learning_rate=0.2),
+    dataclasses.replace(_NO_DISTILLATION, update_rule='local_adam',
+                        change_aggregation='mean', dual_task=False),
+    dataclasses.replace(_NO_DISTILLATION, update_rule='local_adam',
+                        aggregation='clustered', change_aggregation='mean'),
 ], ids=['hetefedrec', 'no_udl', 'clustered', 'adam_users', 'local_adam',
-        'local_adam_clustered'])
+        'local_adam_clustered', 'local_adam_validated_mean',
+        'local_adam_mean_no_udl', 'local_adam_mean_clustered'])
 def test_one_round_matches_the_round_written_out(config):
   method = hetefedrec.build_hetefedrec(spec=_SPEC, config=config, seed=0)
-  groups, locals_in = _setup()
+  groups, locals_in = _setup(
+      held_out=3 if config.validation_fraction else 0)
 
   _, state, locals_out, metrics = _round(method, groups, locals_in)
 
@@ -174,7 +203,8 @@ def test_one_round_matches_the_round_written_out(config):
         local['adam_step'],
         np.full(len(want), config.user_optimizer == 'adam', np.float32))
   assert int(state['round_num']) == 1
-  assert float(metrics['num_examples']) == 18.0
+  held_out = sum(np.sum(g['validation']) for g in groups)
+  assert float(metrics['num_examples']) == 18.0 - held_out
   if config.aggregation == 'padded':
     np.testing.assert_array_equal(metrics['clients_per_width'], [1, 0, 1])
 
@@ -233,6 +263,12 @@ def test_distillation_lowers_its_loss_and_breaks_only_the_ties_it_should():
     (dict(update_rule='client_sgd'), 'update_rule must be one of'),
     (dict(update_rule='local_adam', local_epochs=0), 'local_epochs must be'),
     (dict(local_epochs=2), 'local_epochs applies to update_rule="local_adam"'),
+    (dict(validation_fraction=0.1), 'apply to update_rule="local_adam" only'),
+    (dict(change_aggregation='mean'), 'apply to update_rule="local_adam" only'),
+    (dict(update_rule='local_adam', change_aggregation='median'),
+     'change_aggregation must be one of'),
+    (dict(update_rule='local_adam', validation_fraction=1.0),
+     r'validation_fraction must be in \[0, 1\)'),
 ])
 def test_inconsistent_update_rules_are_refused(changes, message):
   with pytest.raises(ValueError, match=message):

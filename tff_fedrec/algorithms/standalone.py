@@ -20,7 +20,8 @@ the tier's width, left unknown so one process serves every tier):
   L = <model: <user [U, N], item_table [U, I, N],
                score_layers: [<kernel [U, f_in, f_out], bias [U, f_out]>, ...]>,
        adam_m: like model, adam_v: like model, adam_step [U]>
-  D = `hetefedrec.client_data_type()` (`include` is ignored)
+  D = `hetefedrec.client_data_type()` (`include` and `validation` are
+  ignored)
   M = <train_loss, num_examples, distillation_loss_before/after (zeros),
        clients_per_width (zeros)>: HeteFedRec's metrics, so one program
        reports both.

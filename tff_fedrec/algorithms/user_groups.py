@@ -84,10 +84,21 @@ def tier_group_client_data(
 ) -> collections.OrderedDict:
   """A group's client data for the tiered processes
   (`hetefedrec.client_data_type()`): the model tier it trains, whether its
-  uploads count, then `group_client_data` of users without seeds."""
+  uploads count, `group_client_data` of users without seeds, and
+  `validation` [U, N], 1 for the examples a user holds out (its optional
+  `validation` entry; none without)."""
+  examples = [
+      collections.OrderedDict(items=d['items'], labels=d['labels'])
+      for d in user_data
+  ]
+  validation = _pad_rows(
+      [np.asarray(d.get('validation', np.zeros(len(d['items']))),
+                  np.float32) for d in user_data],
+      np.float32,
+  )
   return collections.OrderedDict(
       tier=np.int32(tier), include=np.float32(include),
-      **group_client_data(user_data),
+      **group_client_data(examples), validation=validation,
   )
 
 
