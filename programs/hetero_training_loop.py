@@ -504,9 +504,7 @@ class HeteroTrainingRun:
         'selection': 'test metrics after the last round (no validation split)',
         'test': last['test'],
         'test_history': [
-            {'round': r['round'] + 1, **{k: v for k, v in r['test'].items()
-                                         if k != 'per_tier'}}
-            for r in evaluated
+            {'round': r['round'] + 1, **r['test']} for r in evaluated
         ],
         'bytes_per_client': per_client,
         'bytes_per_round': {

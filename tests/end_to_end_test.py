@@ -369,6 +369,12 @@ def test_two_rounds_of_each_tiered_method(tmp_path, method, extra_flags):
   for scores in [test, *test['per_tier'].values()]:
     assert 0.0 <= scores['recall@20'] <= 1.0
     assert 0.0 <= scores['ndcg@20'] <= 1.0
+  # Every evaluation, per tier too (Fig. 6 along the run); the last is
+  # the reported one.
+  history = summary['test_history']
+  assert [h['round'] for h in history] == [1, 2]
+  assert history[-1] == {'round': 2, **test}
+  assert set(history[0]['per_tier']) == {'small', 'medium', 'large'}
   sent = summary['bytes_per_client']
   if method == 'all_small':
     assert sent['small'] == sent['medium'] == sent['large']
