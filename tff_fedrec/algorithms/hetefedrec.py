@@ -37,7 +37,10 @@ Type signature (U users of one tier per TFF client, see `user_groups`):
   initialize: ( -> S@SERVER)
   next: (<S@SERVER, {L}@CLIENTS, {D}@CLIENTS> -> <S@SERVER, {L}@CLIENTS, M@SERVER>)
   (a `two_phase.TwoPhaseProcess`: client_step, then server_step on the
-  uploads U = <tables, score_layers, loss_sum, num_examples>)
+  uploads U = <tables, score_layers, loss_sum, num_examples>, and with
+  change_aggregation 'mean' also <row_counts [I, 3], layer_counts [3]>,
+  the divisors of the means; a real client's sparse upload of its rows
+  carries the row counts, so `bytes_per_client` does not add them)
 
   S = <parameters: <item_tables, score_layers>, optimizer: <m, v, step>,
        round_num>
