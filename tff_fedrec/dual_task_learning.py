@@ -229,12 +229,14 @@ def local_adam_changes(
         learning_rate=learning_rate,
     )
     if validation_mask is not None:
+      # Only the own-tier Eq. 2 term is compared: the other terms of
+      # L'_a would be computed and dropped.
       best, best_loss = _keep_best_epoch(
           best, best_loss, params,
           client_losses(
               spec, tier, params[0], params[1], row_mask, items, labels,
-              validation_mask, params[2], dual_task=dual_task,
-              decorrelation_weight=decorrelation_weight,
+              validation_mask, params[2], dual_task=False,
+              decorrelation_weight=0.0,
           ).own_tier,
       )
   if validation_mask is not None:

@@ -380,17 +380,14 @@ def build_hetefedrec_process(
   def mean_changes(table_sums, layer_sums, row_counts, layer_counts):
     """Sums divided by their contributors (`_contributions`; at least 1)."""
     row_counts = tf.maximum(row_counts, 1.0)
-    tables = []
-    for tier, table in enumerate(table_sums):
-      if config.aggregation == 'padded':
-        divisor = tf.concat([
-            tf.tile(row_counts[:, b : b + 1],
-                    [1, widths[b] - (widths[b - 1] if b else 0)])
-            for b in range(tier + 1)
-        ], axis=1)
-      else:
-        divisor = row_counts[:, tier : tier + 1]
-      tables.append(table / divisor)
+    if config.aggregation == 'padded':
+      # Column b's count over dimensions N_{b-1}:N_b; tier a takes [:N_a].
+      divisor = tf.repeat(row_counts, np.diff((0, *widths)), axis=1)
+      tables = [table / divisor[:, : widths[tier]]
+                for tier, table in enumerate(table_sums)]
+    else:
+      tables = [table / row_counts[:, tier : tier + 1]
+                for tier, table in enumerate(table_sums)]
     layers = [
         tf.nest.map_structure(
             lambda x, b=b: x / tf.maximum(layer_counts[b], 1.0), layer)

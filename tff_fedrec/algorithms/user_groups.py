@@ -87,10 +87,6 @@ def tier_group_client_data(
   uploads count, `group_client_data` of users without seeds, and
   `validation` [U, N], 1 for the examples a user holds out (its optional
   `validation` entry; none without)."""
-  examples = [
-      collections.OrderedDict(items=d['items'], labels=d['labels'])
-      for d in user_data
-  ]
   validation = _pad_rows(
       [np.asarray(d.get('validation', np.zeros(len(d['items']))),
                   np.float32) for d in user_data],
@@ -98,7 +94,7 @@ def tier_group_client_data(
   )
   return collections.OrderedDict(
       tier=np.int32(tier), include=np.float32(include),
-      **group_client_data(examples), validation=validation,
+      **group_client_data(user_data), validation=validation,
   )
 
 
