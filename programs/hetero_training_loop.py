@@ -389,6 +389,7 @@ class HeteroTrainingRun:
     record = {
         'round': round_num,
         'train_loss': float(round_metrics['train_loss']),
+        'mean_kept_epoch': float(round_metrics['mean_kept_epoch']),
         'distillation_loss_before': float(
             np.sum(round_metrics['distillation_loss_before'])
         ),
@@ -470,6 +471,7 @@ class HeteroTrainingRun:
   def _release(self, record: dict) -> None:
     value = collections.OrderedDict(
         train_loss=np.float64(record['train_loss']),
+        mean_kept_epoch=np.float64(record['mean_kept_epoch']),
         seconds=np.float64(record['seconds']),
     )
     if 'test' in record:
@@ -498,6 +500,11 @@ class HeteroTrainingRun:
     per_client = bytes_per_client(self._method)
     tier_sizes = tiers.tier_sizes(self.data_tier)
     per_round_share = self._config.clients_per_round / self._data.num_users
+    # Local Adam: the epoch of 1..L a client kept, averaged over the rounds'
+    # users (L without a validation split; 0 under server Adam). Rounds run
+    # before this was recorded have none.
+    kept_epochs = [r['mean_kept_epoch'] for r in self.history
+                   if 'mean_kept_epoch' in r]
     return {
         **self._summary_fields,
         'rounds_completed': self.next_round,
@@ -527,6 +534,9 @@ class HeteroTrainingRun:
         ),
         'train_seconds_per_round': statistics.median(
             r['train_seconds'] for r in self.history
+        ),
+        'mean_kept_epoch': (
+            statistics.fmean(kept_epochs) if kept_epochs else None
         ),
         'peak_rss_mb': training_loop.run_peak_rss_mb(
             self._root_dir, self._worker_pid

@@ -212,10 +212,12 @@ _LOCAL_VALIDATION = flags.DEFINE_float(
     'of lowest held-out loss. 0 trains on everything and keeps the last.',
 )
 _CHANGE_AGGREGATION = flags.DEFINE_enum(
-    'change_aggregation', 'sum', ['sum', 'mean'],
+    'change_aggregation', 'sum', ['sum', 'mean', 'fedavg'],
     'Tiered methods with --update_rule=local_adam: sum: the server adds '
-    'the clients\' changes (Eq. 4, 8, 15 as written); mean: FedAvg, each '
-    'parameter moves by the mean change of the clients that trained it.',
+    'the clients\' changes (Eq. 4, 8, 15 as written); mean: each '
+    'parameter moves by the mean change of the clients that trained it; '
+    'fedavg: FedAvg of whole models, each item row by its summed change '
+    'over all the round\'s clients holding it (trained or not).',
 )
 _DUAL_TASK = flags.DEFINE_bool(
     'dual_task', True, 'hetefedrec: unified dual-task learning (Eq. 11).'

@@ -345,7 +345,9 @@ _TIERED_RUN = [
     + [('hetefedrec', ['--model=lightgcn']),
        ('hetefedrec', ['--update_rule=local_adam', '--local_epochs=2',
                        '--local_validation_fraction=0.1',
-                       '--change_aggregation=mean'])],
+                       '--change_aggregation=mean']),
+       ('all_large', ['--update_rule=local_adam',
+                      '--change_aggregation=fedavg'])],
     ids=lambda value: (
         ' '.join(f.lstrip('-') for f in value)
         if isinstance(value, list) else value
@@ -361,6 +363,11 @@ def test_two_rounds_of_each_tiered_method(tmp_path, method, extra_flags):
     summary = json.load(f)
   assert summary['method'] == method
   assert summary['rounds_completed'] == 2
+  # The options reach the process (flags named as HeteroConfig's fields).
+  for flag in extra_flags:
+    name, _, value = flag.lstrip('-').partition('=')
+    if name in summary['config']['method']:
+      assert str(summary['config']['method'][name]) == value
   test = summary['test']
   assert set(test['per_tier']) == {'small', 'medium', 'large'}
   # 5:3:2 of 60 users.
@@ -390,6 +397,20 @@ def test_two_rounds_of_each_tiered_method(tmp_path, method, extra_flags):
     assert sent['small']['upload'] == 0
   assert [int(r['round']) for r in _read_metrics(root_dir)] == [0, 1]
   assert 'Recall@20' in stdout
+  # The local epoch the clients kept: L unless a validation split chose
+  # an earlier one; none under server Adam.
+  options = dict(f.lstrip('-').split('=') for f in extra_flags if '=' in f)
+  epochs = int(options.get('local_epochs', 1))
+  kept = summary['mean_kept_epoch']
+  if options.get('update_rule') != 'local_adam':
+    assert kept == 0
+  elif 'local_validation_fraction' in options:
+    assert 1 <= kept <= epochs
+  else:
+    assert kept == epochs
+  # metrics.csv has each round's figure; the summary their mean.
+  per_round = [float(r['mean_kept_epoch']) for r in _read_metrics(root_dir)]
+  assert sum(per_round) / len(per_round) == pytest.approx(kept)
 
 
 @pytest.mark.parametrize('method, extra_flags', [

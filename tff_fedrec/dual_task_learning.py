@@ -158,7 +158,8 @@ def client_gradients(
 
 ClientChanges = collections.namedtuple(
     'ClientChanges',
-    ['user', 'item_rows', 'score_layers', 'loss_sum', 'num_examples'],
+    ['user', 'item_rows', 'score_layers', 'loss_sum', 'num_examples',
+     'kept_epoch'],
 )
 
 
@@ -204,8 +205,9 @@ def local_adam_changes(
   client copies. Returns `ClientChanges(user [U, N_a] (the new embeddings),
   item_rows [U, T, N_a] (d of each client's rows), score_layers (d of each
   Theta_b summed over the clients; zeros for tiers not in L'_a),
-  loss_sum, num_examples)`; loss_sum is the Eq. 2 part at the downloaded
-  parameters, for reporting.
+  loss_sum, num_examples, kept_epoch [U])`; loss_sum is the Eq. 2 part at
+  the downloaded parameters, for reporting; kept_epoch is the epoch of
+  1..L each client keeps (L without a validation split).
   """
   num_users = tf.shape(user)[0]
   per_client = lambda x: tf.broadcast_to(
@@ -216,7 +218,8 @@ def local_adam_changes(
   state = adam.initial_state(params)
   loss_sum = None
   best = best_loss = None
-  for _ in range(local_epochs):
+  kept_epoch = tf.fill([num_users], float(local_epochs))
+  for epoch in range(1, local_epochs + 1):
     grads = client_gradients(
         spec, tier, params[0], params[1], row_mask, items, labels,
         example_mask, params[2], dual_task=dual_task,
@@ -231,8 +234,9 @@ def local_adam_changes(
     if validation_mask is not None:
       # Only the own-tier Eq. 2 term is compared: the other terms of
       # L'_a would be computed and dropped.
-      best, best_loss = _keep_best_epoch(
-          best, best_loss, params,
+      (best, kept_epoch), best_loss = _keep_best_epoch(
+          None if best is None else (best, kept_epoch), best_loss,
+          (params, tf.fill([num_users], float(epoch))),
           client_losses(
               spec, tier, params[0], params[1], row_mask, items, labels,
               validation_mask, params[2], dual_task=False,
@@ -250,6 +254,7 @@ def local_adam_changes(
       ),
       loss_sum=loss_sum,
       num_examples=tf.reduce_sum(example_mask),
+      kept_epoch=kept_epoch,
   )
 
 

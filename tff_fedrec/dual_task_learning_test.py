@@ -276,6 +276,8 @@ def test_local_adam_changes_match_each_clients_own_adam(tier, epochs):
       decorrelation_weight=0.7,
   )
   np.testing.assert_allclose(got.loss_sum, before.loss_sum, rtol=1e-6)
+  # Without a validation split every client keeps its last epoch.
+  np.testing.assert_array_equal(got.kept_epoch, [epochs] * len(clients))
 
 
 def test_a_validation_split_keeps_each_clients_best_epoch():
@@ -331,3 +333,5 @@ def test_a_validation_split_keeps_each_clients_best_epoch():
     )
   # The case is one where early stopping matters: some client stops early.
   assert min(chosen) < epochs - 1 and chosen[-1] == epochs - 1
+  # Each client reports the epoch it kept, counted from 1.
+  np.testing.assert_array_equal(got.kept_epoch, np.add(chosen, 1))

@@ -24,7 +24,8 @@ x <- x - sum_i d_i (Eq. 4, 9, 15), then the same distillation. Two options
 of that rule: `validation_fraction` holds out part of each client's
 examples to pick its best local epoch (Sec. V.A), and
 `change_aggregation='mean'` averages each coordinate's changes over the
-clients that trained it (FedAvg [10]) instead of summing them.
+clients that trained it instead of summing them, and 'fedavg' over every
+client of the round that holds it (FedAvg [10] of whole models).
 
 The baselines of Sec. V.C are the same process with parts switched off
 (`HeteroConfig`): "directly aggregate" is Eq. 8 without UDL, DDR and RESKD;
@@ -37,8 +38,10 @@ Type signature (U users of one tier per TFF client, see `user_groups`):
   initialize: ( -> S@SERVER)
   next: (<S@SERVER, {L}@CLIENTS, {D}@CLIENTS> -> <S@SERVER, {L}@CLIENTS, M@SERVER>)
   (a `two_phase.TwoPhaseProcess`: client_step, then server_step on the
-  uploads U = <tables, score_layers, loss_sum, num_examples>, and with
-  change_aggregation 'mean' also <row_counts [I, 3], layer_counts [3]>,
+  uploads U = <tables, score_layers, loss_sum, num_examples,
+  kept_epoch_sum, trained_users>, and with
+  change_aggregation 'mean' or 'fedavg' also <row_counts [I, 3],
+  layer_counts [3]>,
   the divisors of the means; a real client's sparse upload of its rows
   carries the row counts, so `bytes_per_client` does not add them)
 
@@ -48,8 +51,11 @@ Type signature (U users of one tier per TFF client, see `user_groups`):
       users' private embeddings and their Adam state, stored at the largest
       width (a tier-a user uses its first N_a entries; the rest stay 0)
   D = `client_data_type()`
-  M = <train_loss, num_examples, distillation_loss_before/after,
-       clients_per_width>
+  M = <train_loss, num_examples, mean_kept_epoch, distillation_loss_before
+       /after, clients_per_width>; mean_kept_epoch is the mean over the
+       round's training users of the local epoch each kept under
+       'local_adam' (`dual_task_learning.local_adam_changes`: L without a
+       validation split), 0 under 'server_adam'
 """
 
 import collections
@@ -69,7 +75,7 @@ from tff_fedrec.algorithms import two_phase
 AGGREGATIONS = ('padded', 'clustered')
 USER_OPTIMIZERS = ('sgd', 'adam')
 UPDATE_RULES = ('server_adam', 'local_adam')
-CHANGE_AGGREGATIONS = ('sum', 'mean')
+CHANGE_AGGREGATIONS = ('sum', 'mean', 'fedavg')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,10 +115,17 @@ class HeteroConfig:
       split every round (`client_data_type`'s `validation`); 0 keeps every
       example for training and the last epoch.
     change_aggregation: 'local_adam' only. 'sum': x <- x - sum_i d_i, as
-      Eq. 4 / 8 / 15 write it. 'mean': FedAvg [10], which Sec. III.A cites
-      for the aggregation: each Theta_b moves by the mean change of the
-      clients that trained it, and each item row's slice of dimensions by
-      the mean change of the clients that uploaded that row at that width.
+      Eq. 4 / 8 / 15 write it. 'mean': FedAvg [10], which Sec. III.A
+      cites for the aggregation, per coordinate: each Theta_b moves by the
+      mean change of the clients that trained it, and each item row's
+      slice of dimensions by the mean change of the clients that uploaded
+      that row at that width.
+      'fedavg': FedAvg of whole models, as the first author's public FedRec
+      code averages the selected clients' state dicts: each row's slice
+      moves by the sum of its changes over the number of the round's
+      clients that hold that slice (padded: tier >= b; clustered: tier ==
+      b), whether or not they trained the row, so an item few clients
+      interacted with moves little; each Theta_b as under 'mean'.
     seed: Seeds the distillation item subsets.
   """
 
@@ -241,7 +254,7 @@ def build_hetefedrec_process(
   else:
     table_aggregation = None
   layer_aggregation = tff.aggregators.SumFactory().create(layers_type)
-  averaging = config.change_aggregation == 'mean'
+  averaging = config.change_aggregation in ('mean', 'fedavg')
 
   def tier_branch(tier, params, local, data):
     width = widths[tier]
@@ -275,8 +288,10 @@ def build_hetefedrec_process(
                              if config.validation_fraction else None),
         )
         user = grads.user
+        kept_epoch_sum = tf.reduce_sum(grads.kept_epoch)
       else:
         grads = dual_task_learning.client_gradients(*arguments, **options)
+        kept_epoch_sum = tf.constant(0.0)
         if config.user_optimizer == 'adam':
           user, user_state = adam.apply(
               local['user'][:, :width], grads.user, user_state,
@@ -301,30 +316,36 @@ def build_hetefedrec_process(
       return (new_local, table_grad * data['include'],
               tf.nest.map_structure(lambda g: g * data['include'],
                                     grads.score_layers),
-              grads.loss_sum, grads.num_examples)
+              grads.loss_sum, grads.num_examples,
+              kept_epoch_sum * data['include'])
 
     return run
 
   def _contributions(data):
     """How many of the group's users each mean divides by: per item row
     and tier b, the users whose upload reaches dimensions N_{b-1}:N_b of
-    that row (padded: tier >= b; clustered: tier == b); per Theta_b, the
-    users who train it (Eq. 15's sets, `dual_task_learning.tier_terms`)."""
+    that row (padded: tier >= b; clustered: tier == b), counting under
+    'mean' only those who trained the row and under 'fedavg' all of them;
+    per Theta_b, the users who train it (Eq. 15's sets,
+    `dual_task_learning.tier_terms`)."""
     tier = data['tier']
-    row_mask = tf.sequence_mask(
-        data['num_rows'], tf.shape(data['row_ids'])[1], tf.float32
-    )
-    touched = tf.scatter_nd(
-        tf.reshape(data['row_ids'], [-1, 1]), tf.reshape(row_mask, [-1]),
-        [spec.num_items],
-    )
+    users = tf.cast(tf.shape(data['num_rows'])[0], tf.float32)
+    if config.change_aggregation == 'fedavg':
+      touched = tf.fill([spec.num_items], users)
+    else:
+      row_mask = tf.sequence_mask(
+          data['num_rows'], tf.shape(data['row_ids'])[1], tf.float32
+      )
+      touched = tf.scatter_nd(
+          tf.reshape(data['row_ids'], [-1, 1]), tf.reshape(row_mask, [-1]),
+          [spec.num_items],
+      )
     tiers = tf.range(len(widths))
     if config.aggregation == 'padded':
       reaches = tier >= tiers
     else:
       reaches = tf.equal(tier, tiers)
     trains = (tiers <= tier) if config.dual_task else tf.equal(tiers, tier)
-    users = tf.cast(tf.shape(data['num_rows'])[0], tf.float32)
     return (
         touched[:, None] * tf.cast(reaches, tf.float32) * data['include'],
         users * tf.cast(trains, tf.float32) * data['include'],
@@ -332,7 +353,8 @@ def build_hetefedrec_process(
 
   @tff.tensorflow.computation(params_type, local_type, data_type)
   def client_update(params, local, data):
-    new_local, table_grad, layer_grads, loss_sum, num_examples = (
+    (new_local, table_grad, layer_grads, loss_sum, num_examples,
+     kept_epoch_sum) = (
         tf.switch_case(
             data['tier'],
             [tier_branch(t, params, local, data) for t in range(len(widths))],
@@ -352,7 +374,9 @@ def build_hetefedrec_process(
       )
     upload = collections.OrderedDict(
         tables=table_upload, score_layers=layer_grads, loss_sum=loss_sum,
-        num_examples=num_examples,
+        num_examples=num_examples, kept_epoch_sum=kept_epoch_sum,
+        trained_users=data['include'] * tf.cast(
+            tf.shape(data['num_rows'])[0], tf.float32),
     )
     if averaging:
       upload['row_counts'], upload['layer_counts'] = _contributions(data)
@@ -508,10 +532,15 @@ def build_hetefedrec_process(
         (server_state, table_sums, layer_output.result, counts),
     )
     train_loss, num_examples = two_phase.mean_train_loss(uploads)
+    mean_kept_epoch = two_phase.server_ratio(
+        tff.federated_sum(uploads.kept_epoch_sum),
+        tff.federated_sum(uploads.trained_users),
+    )
     metrics = tff.federated_zip(
         collections.OrderedDict(
             train_loss=train_loss,
             num_examples=num_examples,
+            mean_kept_epoch=mean_kept_epoch,
             distillation_loss_before=loss_before,
             distillation_loss_after=loss_after,
             clients_per_width=clients_per_width,

@@ -65,7 +65,8 @@ def _expected_round(method, groups, locals_in):
   """Client gradients (`dual_task_learning`, tested against its own
   reference), padded sums (Eq. 8), per-tier scorer sums (Eq. 15), one Adam
   step from zero state; with change_aggregation 'mean', each sum divided by
-  its contributors, counted here user by user."""
+  its contributors, counted here user by user; with 'fedavg', each table
+  column divided by every user whose model holds it, trained row or not."""
   params = tf.nest.map_structure(tf.constant, method.initial_parameters)
   table_sums = [np.zeros(t.shape, np.float32) for t in params['item_tables']]
   table_counts = [np.zeros(t.shape, np.float32)
@@ -74,6 +75,7 @@ def _expected_round(method, groups, locals_in):
   layer_sums = tf.nest.map_structure(np.zeros_like, method.initial_parameters[
       'score_layers'])
   users_out = []
+  kept_epoch_sum = trained_users = 0.0
   for data, local in zip(groups, locals_in):
     tier = int(data['tier'])
     width = _SPEC.widths[tier]
@@ -96,15 +98,19 @@ def _expected_round(method, groups, locals_in):
           local_epochs=method.config.local_epochs,
           validation_mask=(tf.constant(data['validation'])
                            if method.config.validation_fraction else None))
+      kept_epoch_sum += data['include'] * float(np.sum(grads.kept_epoch))
     else:
       grads = dual_task_learning.client_gradients(*arguments, **options)
+    trained_users += data['include'] * len(data['num_rows'])
     table_grad = np.zeros([_SPEC.num_items, width], np.float32)
     for u in range(len(data['num_rows'])):
       ids = data['row_ids'][u, : data['num_rows'][u]]
       np.add.at(table_grad, ids, grads.item_rows.numpy()[u, : len(ids)])
+      held = (slice(None) if method.config.change_aggregation == 'fedavg'
+              else ids)
       for target, w in enumerate(_SPEC.widths):
         if method.config.aggregation == 'padded' or target == tier:
-          table_counts[target][ids, : min(w, width)] += data['include']
+          table_counts[target][held, : min(w, width)] += data['include']
       for term in dual_task_learning.tier_terms(
           tier, method.config.dual_task):
         layer_counts[term] += data['include']
@@ -130,7 +136,7 @@ def _expected_round(method, groups, locals_in):
       user[:, :width] -= method.config.user_learning_rate * grads.user.numpy()
     users_out.append(user)
   lr = method.config.learning_rate
-  if method.config.change_aggregation == 'mean':
+  if method.config.change_aggregation in ('mean', 'fedavg'):
     table_sums = [s / np.maximum(c, 1) for s, c in zip(table_sums,
                                                        table_counts)]
     layer_sums = [tf.nest.map_structure(lambda x, c=c: x / max(c, 1), layer)
@@ -145,7 +151,7 @@ def _expected_round(method, groups, locals_in):
                             table_sums)]
   layers = tf.nest.map_structure(
       step, method.initial_parameters['score_layers'], layer_sums)
-  return tables, layers, users_out
+  return tables, layers, users_out, kept_epoch_sum / trained_users
 
 
 def _setup(held_out=0):
@@ -178,9 +184,15 @@ def _setup(held_out=0):
                         change_aggregation='mean', dual_task=False),
     dataclasses.replace(_NO_DISTILLATION, update_rule='local_adam',
                         aggregation='clustered', change_aggregation='mean'),
+    dataclasses.replace(_NO_DISTILLATION, update_rule='local_adam',
+                        local_epochs=2, change_aggregation='fedavg'),
+    dataclasses.replace(_NO_DISTILLATION, update_rule='local_adam',
+                        aggregation='clustered', dual_task=False,
+                        change_aggregation='fedavg'),
 ], ids=['hetefedrec', 'no_udl', 'clustered', 'adam_users', 'local_adam',
         'local_adam_clustered', 'local_adam_validated_mean',
-        'local_adam_mean_no_udl', 'local_adam_mean_clustered'])
+        'local_adam_mean_no_udl', 'local_adam_mean_clustered',
+        'local_adam_fedavg', 'local_adam_fedavg_clustered'])
 def test_one_round_matches_the_round_written_out(config):
   method = hetefedrec.build_hetefedrec(spec=_SPEC, config=config, seed=0)
   groups, locals_in = _setup(
@@ -188,7 +200,8 @@ def test_one_round_matches_the_round_written_out(config):
 
   _, state, locals_out, metrics = _round(method, groups, locals_in)
 
-  tables, layers, users = _expected_round(method, groups, locals_in)
+  tables, layers, users, mean_kept_epoch = _expected_round(
+      method, groups, locals_in)
   got = state['parameters']
   for got_table, want in zip(got['item_tables'], tables):
     np.testing.assert_allclose(got_table, want, rtol=1e-5, atol=1e-6)
@@ -205,6 +218,12 @@ def test_one_round_matches_the_round_written_out(config):
   assert int(state['round_num']) == 1
   held_out = sum(np.sum(g['validation']) for g in groups)
   assert float(metrics['num_examples']) == 18.0 - held_out
+  # The local epoch each user kept, averaged over users (0 without local
+  # training).
+  np.testing.assert_allclose(metrics['mean_kept_epoch'], mean_kept_epoch,
+                             rtol=1e-6)
+  if config.update_rule == 'local_adam' and not config.validation_fraction:
+    assert float(metrics['mean_kept_epoch']) == config.local_epochs
   if config.aggregation == 'padded':
     np.testing.assert_array_equal(metrics['clients_per_width'], [1, 0, 1])
 

@@ -22,8 +22,9 @@ the tier's width, left unknown so one process serves every tier):
        adam_m: like model, adam_v: like model, adam_step [U]>
   D = `hetefedrec.client_data_type()` (`include` and `validation` are
   ignored)
-  M = <train_loss, num_examples, distillation_loss_before/after (zeros),
-       clients_per_width (zeros)>: HeteFedRec's metrics, so one program
+  M = <train_loss, num_examples, mean_kept_epoch (0),
+       distillation_loss_before/after (zeros), clients_per_width (zeros)>:
+       HeteFedRec's metrics, so one program
        reports both.
 
 Example (one client of the small tier, users of a 5-item catalogue):
@@ -183,6 +184,7 @@ def build_standalone_process(
     metrics = collections.OrderedDict(
         train_loss=tf.math.divide_no_nan(loss_sum, num_examples),
         num_examples=num_examples,
+        mean_kept_epoch=tf.constant(0.0),
         distillation_loss_before=tf.zeros([num_tiers]),
         distillation_loss_after=tf.zeros([num_tiers]),
         clients_per_width=tf.zeros([num_tiers], tf.int32),

@@ -191,15 +191,23 @@ def mean_train_loss(client_metrics):
   """(train loss, examples)@SERVER: the summed loss over the summed
   examples of the clients' metrics, CLIENTS-placed values with `loss_sum`
   and `num_examples` (0 when no example was trained)."""
-  loss_sum = tff.federated_sum(client_metrics.loss_sum)
   num_examples = tff.federated_sum(client_metrics.num_examples)
+  return (
+      server_ratio(tff.federated_sum(client_metrics.loss_sum), num_examples),
+      num_examples,
+  )
+
+
+def server_ratio(numerator, denominator):
+  """float32@SERVER: numerator / denominator, both float32@SERVER (0 when
+  the denominator is 0)."""
   divide = tff.tensorflow.computation(
       lambda numerator, denominator: tf.math.divide_no_nan(
           numerator, denominator
       ),
       np.float32, np.float32,
   )
-  return tff.federated_map(divide, (loss_sum, num_examples)), num_examples
+  return tff.federated_map(divide, (numerator, denominator))
 
 
 def next_round_num(round_num):
