@@ -363,9 +363,9 @@ def test_two_rounds_of_each_tiered_method(tmp_path, method, extra_flags):
     summary = json.load(f)
   assert summary['method'] == method
   assert summary['rounds_completed'] == 2
+  options = dict(f.lstrip('-').partition('=')[::2] for f in extra_flags)
   # The options reach the process (flags named as HeteroConfig's fields).
-  for flag in extra_flags:
-    name, _, value = flag.lstrip('-').partition('=')
+  for name, value in options.items():
     if name in summary['config']['method']:
       assert str(summary['config']['method'][name]) == value
   test = summary['test']
@@ -399,7 +399,6 @@ def test_two_rounds_of_each_tiered_method(tmp_path, method, extra_flags):
   assert 'Recall@20' in stdout
   # The local epoch the clients kept: L unless a validation split chose
   # an earlier one; none under server Adam.
-  options = dict(f.lstrip('-').split('=') for f in extra_flags if '=' in f)
   epochs = int(options.get('local_epochs', 1))
   kept = summary['mean_kept_epoch']
   if options.get('update_rule') != 'local_adam':

@@ -321,15 +321,14 @@ def build_hetefedrec_process(
 
     return run
 
-  def _contributions(data):
-    """How many of the group's users each mean divides by: per item row
+  def _contributions(data, users):
+    """How many of the group's `users` each mean divides by: per item row
     and tier b, the users whose upload reaches dimensions N_{b-1}:N_b of
     that row (padded: tier >= b; clustered: tier == b), counting under
     'mean' only those who trained the row and under 'fedavg' all of them;
     per Theta_b, the users who train it (Eq. 15's sets,
     `dual_task_learning.tier_terms`)."""
     tier = data['tier']
-    users = tf.cast(tf.shape(data['num_rows'])[0], tf.float32)
     if config.change_aggregation == 'fedavg':
       touched = tf.fill([spec.num_items], users)
     else:
@@ -372,14 +371,15 @@ def build_hetefedrec_process(
           )
           for tier in range(len(widths))
       )
+    users = tf.cast(tf.shape(data['num_rows'])[0], tf.float32)
     upload = collections.OrderedDict(
         tables=table_upload, score_layers=layer_grads, loss_sum=loss_sum,
         num_examples=num_examples, kept_epoch_sum=kept_epoch_sum,
-        trained_users=data['include'] * tf.cast(
-            tf.shape(data['num_rows'])[0], tf.float32),
+        trained_users=users * data['include'],
     )
     if averaging:
-      upload['row_counts'], upload['layer_counts'] = _contributions(data)
+      upload['row_counts'], upload['layer_counts'] = _contributions(
+          data, users)
     return new_local, upload
 
   @tff.tensorflow.computation
