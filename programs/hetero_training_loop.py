@@ -2,7 +2,7 @@
 
 Protocol of HeteFedRec Sec. V.A-V.D: an 80/20 random split per user, binary
 feedback with 4 negatives per positive redrawn every round from the items
-outside the user's training data, clients divided
+outside the user's training data (or drawn once for the run), clients divided
 into small / medium / large tiers by their number of training interactions
 (5:3:2 by default), and full ranking over each user's non-training items for
 Recall@20 / NDCG@20, overall and per tier (Fig. 6).
@@ -38,6 +38,7 @@ from tff_fedrec.programs import training_loop
 from tff_fedrec.tasks import preprocessing
 
 TOP_K = 20
+TRAINING_NEGATIVES = ('per_round', 'once')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +49,11 @@ class HeteroLoopConfig:
     rounds: Total rounds.
     clients_per_round: Clients taken from the shuffled queue per round.
     tier_ratio: small:medium:large shares of users by training data size.
-    negatives_per_positive: Training negatives per positive, redrawn.
+    negatives_per_positive: Training negatives per positive.
+    training_negatives: 'per_round' draws a user's negatives (and the
+      order of its examples) afresh every round it is selected; 'once'
+      draws them once for the run, as the first author's public FedRec
+      code samples its training negatives once.
     seed: Seeds the queue, the negatives and the initial user embeddings.
     eval_every: Evaluate every this many rounds (and after the last one).
     users_per_client: Users one TFF client simulates (`user_groups`).
@@ -60,10 +65,18 @@ class HeteroLoopConfig:
   clients_per_round: int = 256
   tier_ratio: tuple[float, float, float] = (5, 3, 2)
   negatives_per_positive: int = 4
+  training_negatives: str = 'per_round'
   seed: int = 0
   eval_every: int = 24
   users_per_client: int = 32
   checkpoint_every: int = 1
+
+  def __post_init__(self):
+    if self.training_negatives not in TRAINING_NEGATIVES:
+      raise ValueError(
+          f'training_negatives must be one of {TRAINING_NEGATIVES}; got '
+          f'{self.training_negatives!r}.'
+      )
 
 
 def round_users(num_users: int, config: HeteroLoopConfig, round_num: int):
@@ -88,13 +101,20 @@ def csr_rows(offsets, values, users):
 
 
 def round_examples(data, config, round_num, users):
-  """The users' training examples of the round: their training positives,
-  each with `negatives_per_positive` items from outside the user's
-  TRAINING data. Test items are not excluded: excluding them would tell
-  every model which items they are (measured: Standalone, whose users never
-  collaborate, reached NDCG@20 0.19 on ML-1M that way, as high as the
-  federated models)."""
-  rng = np.random.default_rng([config.seed, round_num])
+  """The users' training examples of the round (`training_examples` drawn
+  for the round)."""
+  return training_examples(
+      data, config, users, np.random.default_rng([config.seed, round_num])
+  )
+
+
+def training_examples(data, config, users, rng):
+  """The users' training examples: their training positives, each with
+  `negatives_per_positive` items from outside the user's TRAINING data.
+  Test items are not excluded: excluding them would tell every model which
+  items they are (measured: Standalone, whose users never collaborate,
+  reached NDCG@20 0.19 on ML-1M that way, as high as the federated
+  models)."""
   train_offsets, train_items = csr_rows(
       data.train_offsets, data.train_items, users
   )
@@ -108,6 +128,17 @@ def round_examples(data, config, round_num, users):
       num_items=data.num_items,
       negatives_per_positive=config.negatives_per_positive,
       rng=rng,
+  )
+
+
+def examples_of_users(
+    examples: preprocessing.TrainingExamples, users: np.ndarray
+) -> preprocessing.TrainingExamples:
+  """The segments of `users` (in that order) of every user's examples."""
+  offsets, items = csr_rows(examples.offsets, examples.items, users)
+  _, labels = csr_rows(examples.offsets, examples.labels, users)
+  return preprocessing.TrainingExamples(
+      offsets=offsets, items=items, labels=labels
   )
 
 
@@ -279,6 +310,7 @@ class HeteroTrainingRun:
         np.diff(data.train_offsets), config.tier_ratio
     )
     self.local = self._initial_local()
+    self._examples_drawn_once = None
     self.server_state = None
     self.history = []
     self.next_round = 0
@@ -338,11 +370,28 @@ class HeteroTrainingRun:
         f'{self._config.rounds} rounds done.'
     )
 
+  def round_examples(self, round_num, users):
+    """The round's training examples of `users`. Drawn once, every user's
+    come from one draw seeded by the run's seed alone (made when first
+    needed), so a resumed run trains on the same ones."""
+    if self._config.training_negatives == 'per_round':
+      return round_examples(self._data, self._config, round_num, users)
+    if self._examples_drawn_once is None:
+      self._examples_drawn_once = training_examples(
+          self._data, self._config, np.arange(self._data.num_users),
+          np.random.default_rng([self._config.seed, 4]),
+      )
+    return examples_of_users(self._examples_drawn_once, users)
+
   def _client_groups(self, users, examples, round_num):
-    """(users of each TFF client, its client data), one tier per client."""
+    """(users of each TFF client, its client data), one tier per client.
+    Each user has a seed of the round (its minibatch order)."""
     held_out = held_out_examples(
         np.diff(examples.offsets), self._method.config.validation_fraction,
         np.random.default_rng([self._config.seed, round_num, 2]),
+    )
+    seeds = np.random.default_rng([self._config.seed, round_num, 3]).integers(
+        0, 2**31, size=(users.size, 2), dtype=np.int64
     )
     groups = []
     for data_tier in range(len(tiers.TIER_NAMES)):
@@ -357,6 +406,7 @@ class HeteroTrainingRun:
                 items=items.astype(np.int32),
                 labels=labels.astype(np.float32),
                 validation=held_out[position],
+                seed=seeds[position],
             )
         )
       for group in user_groups.group_positions(
@@ -373,7 +423,7 @@ class HeteroTrainingRun:
   def run_round(self, round_num: int) -> dict:
     start = time.perf_counter()
     users = round_users(self._data.num_users, self._config, round_num)
-    examples = round_examples(self._data, self._config, round_num, users)
+    examples = self.round_examples(round_num, users)
     groups = self._client_groups(users, examples, round_num)
     locals_in = [self._group_local(group) for group, _ in groups]
     self.server_state, locals_out, round_metrics = two_phase.run_round(

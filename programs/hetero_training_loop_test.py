@@ -1,9 +1,11 @@
 import numpy as np
+import pytest
 
 from tff_fedrec import hetero_models
 from tff_fedrec.algorithms import hetefedrec
 from tff_fedrec.programs import hetero_training_loop
 from tff_fedrec.tasks import preprocessing
+from tff_fedrec.tasks import synthetic
 
 
 def _config(**kwargs):
@@ -117,6 +119,45 @@ def test_training_negatives_may_be_test_items_but_never_training_items():
       negatives[position] |= set(items[labels == 0].tolist())
   assert negatives[0] == {2, 3}
   assert negatives[1] == {0, 1, 2}
+
+
+def _segments(examples, users):
+  return {
+      user: tuple(np.concatenate(preprocessing.user_examples(examples, p)))
+      for p, user in enumerate(users)
+  }
+
+
+def test_negatives_drawn_once_are_each_users_own_in_every_round(tmp_path):
+  data = preprocessing.random_split(
+      preprocessing.index_interactions(synthetic.generate_interactions(
+          num_users=12, num_items=40, seed=1)),
+      seed=0,
+  )
+  method = hetefedrec.build_hetefedrec(
+      spec=hetero_models.HeteroSpec(num_items=data.num_items,
+                                    widths=(2, 3, 4), hidden_units=(3,)))
+
+  def examples(training_negatives, round_num, users, run_dir='run'):
+    run = hetero_training_loop.HeteroTrainingRun(
+        method, data, _config(training_negatives=training_negatives),
+        str(tmp_path / run_dir), log=lambda _: None,
+    )
+    return _segments(run.round_examples(round_num, users), users)
+
+  first = examples('once', 0, np.array([1, 4, 7]))
+  # Another round, other users beside it, another run of the same seed.
+  later = examples('once', 5, np.array([0, 4, 9]), run_dir='other')
+  assert later[4] == first[4]
+  redrawn = examples('per_round', 5, np.array([0, 4, 9]))
+  assert redrawn[4] != examples('per_round', 0, np.array([1, 4, 7]))[4]
+  # Each user's positives with 4 negatives each, either way.
+  assert len(first[4]) == len(redrawn[4])
+
+
+def test_an_unknown_negatives_schedule_is_refused():
+  with pytest.raises(ValueError, match='training_negatives must be one of'):
+    _config(training_negatives='per_epoch')
 
 
 def test_users_whose_model_ties_every_item_are_counted_per_tier():

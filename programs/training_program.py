@@ -199,9 +199,10 @@ _UPDATE_RULE = flags.DEFINE_enum(
     'update_rule', 'server_adam', ['server_adam', 'local_adam'],
     'Tiered methods: server_adam: each client uploads one gradient of its '
     'data and the server takes an Adam step on their sum (default); '
-    'local_adam: each client takes --local_epochs full-batch Adam steps '
-    'from fresh moments (step --learning_rate, its user embedding '
-    'included) and the server adds the sum of the clients\' changes '
+    'local_adam: each client trains --local_epochs epochs of Adam (full '
+    'batch, or --local_batch_size) from fresh moments (step '
+    '--learning_rate, its user embedding included) and the server adds '
+    'the sum of the clients\' changes '
     '(HeteFedRec Eq. 4, 8, 9, 15 with the step taken on the clients).',
 )
 _LOCAL_VALIDATION = flags.DEFINE_float(
@@ -210,6 +211,20 @@ _LOCAL_VALIDATION = flags.DEFINE_float(
     'client\'s examples held out, drawn every round, to guide its local '
     'training (HeteFedRec Sec. V.A: 0.1): the client keeps its local epoch '
     'of lowest held-out loss. 0 trains on everything and keeps the last.',
+)
+_LOCAL_BATCH_SIZE = flags.DEFINE_integer(
+    'local_batch_size', 0,
+    'Tiered methods with --update_rule=local_adam: 0 makes a local epoch '
+    'one full-batch step; B > 0 makes it a pass of Adam steps on batches of '
+    'B of the client\'s examples in a fresh random order (the first '
+    'author\'s public FedRec code uses 64 or 256). --batch_size is the '
+    'leave-one-out methods\'.',
+)
+_TRAINING_NEGATIVES = flags.DEFINE_enum(
+    'training_negatives', 'per_round', ['per_round', 'once'],
+    'Tiered methods: per_round redraws a user\'s --num_negatives negatives '
+    'per positive every round it is selected; once draws them once for '
+    'the run (as the first author\'s public FedRec code does).',
 )
 _CHANGE_AGGREGATION = flags.DEFINE_enum(
     'change_aggregation', 'sum', ['sum', 'mean', 'fedavg'],
@@ -521,13 +536,19 @@ def _check_tiered_flags() -> None:
           'Drop the flag.'
       )
   else:
-    for holder in _changed_flags((_LOCAL_VALIDATION, _CHANGE_AGGREGATION)):
+    for holder in _changed_flags(
+        (_LOCAL_VALIDATION, _CHANGE_AGGREGATION, _LOCAL_BATCH_SIZE)):
       raise FlagError(
           f'--{holder.name} needs --update_rule=local_adam: under '
           'server_adam a client takes no local steps and the server '
           'aggregates gradients. Add --update_rule=local_adam or drop the '
           'flag.'
       )
+  if _LOCAL_BATCH_SIZE.value < 0:
+    raise FlagError(
+        '--local_batch_size must be >= 0 (0: one full-batch step per local '
+        f'epoch); got {_LOCAL_BATCH_SIZE.value}.'
+    )
   if not 0.0 <= _LOCAL_VALIDATION.value < 1.0:
     raise FlagError(
         '--local_validation_fraction must be in [0, 1) (the paper holds '
@@ -578,6 +599,7 @@ def _prepare_tiered(data_config, summary_fields):
       user_learning_rate=_USER_LR.value,
       update_rule=_UPDATE_RULE.value,
       local_epochs=_LOCAL_EPOCHS.value,  # Not 1 only with local_adam.
+      local_batch_size=_LOCAL_BATCH_SIZE.value,
       validation_fraction=_LOCAL_VALIDATION.value,
       change_aggregation=_CHANGE_AGGREGATION.value,
       seed=_SEED.value,
@@ -592,6 +614,7 @@ def _prepare_tiered(data_config, summary_fields):
       clients_per_round=clients_per_round,
       tier_ratio=ratio,
       negatives_per_positive=_NEGATIVES.value,
+      training_negatives=_TRAINING_NEGATIVES.value,
       seed=_SEED.value,
       eval_every=_EVAL_EVERY.value or rounds_per_epoch,
       users_per_client=_USERS_PER_TFF_CLIENT.value,
@@ -627,6 +650,7 @@ _TIERED_ONLY_FLAGS = (
     _TIER_WIDTHS, _NEIGHBOR_GRADIENT, _USER_OPTIMIZER, _USER_LR,
     _UPDATE_RULE, _DUAL_TASK, _DECORRELATION_WEIGHT, _DISTILLATION_ITEMS,
     _DISTILLATION_LR, _LOCAL_VALIDATION, _CHANGE_AGGREGATION,
+    _LOCAL_BATCH_SIZE, _TRAINING_NEGATIVES,
 )
 
 

@@ -347,7 +347,10 @@ _TIERED_RUN = [
                        '--local_validation_fraction=0.1',
                        '--change_aggregation=mean']),
        ('all_large', ['--update_rule=local_adam',
-                      '--change_aggregation=fedavg'])],
+                      '--change_aggregation=fedavg']),
+       ('hetefedrec', ['--update_rule=local_adam', '--local_epochs=2',
+                       '--local_batch_size=16',
+                       '--training_negatives=once'])],
     ids=lambda value: (
         ' '.join(f.lstrip('-') for f in value)
         if isinstance(value, list) else value
@@ -364,10 +367,12 @@ def test_two_rounds_of_each_tiered_method(tmp_path, method, extra_flags):
   assert summary['method'] == method
   assert summary['rounds_completed'] == 2
   options = dict(f.lstrip('-').partition('=')[::2] for f in extra_flags)
-  # The options reach the process (flags named as HeteroConfig's fields).
+  # The options reach the process and the loop (flags named as the
+  # fields of HeteroConfig and HeteroLoopConfig).
+  config = {**summary['config']['loop'], **summary['config']['method']}
   for name, value in options.items():
-    if name in summary['config']['method']:
-      assert str(summary['config']['method'][name]) == value
+    if name in config:
+      assert str(config[name]) == value
   test = summary['test']
   assert set(test['per_tier']) == {'small', 'medium', 'large'}
   # 5:3:2 of 60 users.
@@ -416,6 +421,9 @@ def test_two_rounds_of_each_tiered_method(tmp_path, method, extra_flags):
     ('hetefedrec', []),
     # Whole models as client state, saved every third round only.
     ('standalone', ['--checkpoint_every=3']),
+    # Negatives drawn once and the minibatch orders: the same when resumed.
+    ('hetefedrec', ['--update_rule=local_adam', '--local_batch_size=8',
+                    '--training_negatives=once']),
 ])
 def test_tiered_run_resumes_with_the_results_of_an_uninterrupted_one(
     tmp_path, method, extra_flags

@@ -49,3 +49,40 @@ def apply(
       params, m, v,
   )
   return new_params, AdamState(m=m, v=v, step=step)
+
+
+def apply_per_client(
+    params,
+    grads,
+    state: AdamState,
+    active: tf.Tensor,
+    *,
+    learning_rate: float,
+):
+  """One Adam step of each of U clients that is `active` (bool [U]).
+
+  Every leaf of `params`, `grads` and the moments has the clients first;
+  `state.step` [U] counts each client's own steps. An inactive client
+  (a minibatch with none of its examples) keeps its parameters, moments
+  and step count, so its bias correction counts only the steps it took.
+  """
+  new_step = state.step + tf.cast(active, state.step.dtype)
+
+  def leaf_step(x, g, m, v):
+    per_client = [-1] + [1] * (len(x.shape) - 1)
+    (new_x,), leaf_state = apply(
+        (x,), (g,),
+        AdamState(m=(m,), v=(v,), step=tf.reshape(state.step, per_client)),
+        learning_rate=learning_rate,
+    )
+    keep_new = tf.reshape(active, per_client)
+    return (tf.where(keep_new, new_x, x),
+            tf.where(keep_new, leaf_state.m[0], m),
+            tf.where(keep_new, leaf_state.v[0], v))
+
+  stepped = [
+      leaf_step(*leaves) for leaves in zip(*map(
+          tf.nest.flatten, (params, grads, state.m, state.v)))
+  ]
+  pick = lambda i: tf.nest.pack_sequence_as(params, [s[i] for s in stepped])
+  return pick(0), AdamState(m=pick(1), v=pick(2), step=new_step)

@@ -55,3 +55,32 @@ def test_per_entry_steps_broadcast():
   # v_hat = 1 / 0.001999 -> step ~ 0.235.
   expected_1 = (1 / (1 - 0.9**2)) / (np.sqrt(1 / (1 - 0.999**2)) + 1e-8)
   np.testing.assert_allclose(params[:, 0], [-1.0, -expected_1], rtol=1e-4)
+
+
+def test_per_client_steps_skip_inactive_clients():
+  # Three clients, each with a [2] vector and a [2, 3] matrix. Client 1 sits
+  # out the second step, so its third step is its own second: its bias
+  # correction must count 2, not 3, and its moments must not decay while
+  # it waits. Each client is checked against numpy Adam on the gradients
+  # it actually took.
+  rng = np.random.default_rng(4)
+  x0 = (rng.normal(size=(3, 2)).astype(np.float32),
+        rng.normal(size=(3, 2, 3)).astype(np.float32))
+  grads = [tuple(rng.normal(size=x.shape).astype(np.float32) for x in x0)
+           for _ in range(3)]
+  active = [[True, True, True], [True, False, True], [True, True, True]]
+  params = tuple(tf.constant(x) for x in x0)
+  state = adam.initial_state(params)
+  state = state._replace(step=tf.zeros([3]))
+  for g, a in zip(grads, active):
+    params, state = adam.apply_per_client(
+        params, tuple(tf.constant(x) for x in g), state, tf.constant(a),
+        learning_rate=0.01,
+    )
+  np.testing.assert_array_equal(state.step, [3.0, 2.0, 3.0])
+  for client in range(3):
+    taken = [s for s, a in enumerate(active) if a[client]]
+    for leaf in range(2):
+      expected = _numpy_adam(
+          x0[leaf][client], [grads[s][leaf][client] for s in taken], 0.01)
+      np.testing.assert_allclose(params[leaf][client], expected, rtol=1e-5)

@@ -58,6 +58,7 @@ def client_losses(
     *,
     dual_task: bool,
     decorrelation_weight: float,
+    neighbors: tf.Tensor | None = None,
 ) -> ClientLosses:
   """L'_a of Eq. 14 for U clients of tier `tier`.
 
@@ -79,17 +80,13 @@ def client_losses(
       and bias [U, f_out] give each client its own scorer (`standalone`).
     dual_task: Eq. 11's UDL; False trains Theta_a on the full width only.
     decorrelation_weight: alpha of Eq. 14 (used for tiers 1 and 2).
+    neighbors: Fed-LightGCN only: [U, T] 1 for the rows of each client's
+      local graph; by default `local_graph` of these examples.
   """
   vectors = tf.gather(rows, items, batch_dims=1)
   if spec.model != 'ncf':
-    # The local graph: rows of the items with a positive example.
-    num_users, num_rows = tf.shape(rows)[0], tf.shape(rows)[1]
-    user_index = tf.broadcast_to(tf.range(num_users)[:, None], tf.shape(items))
-    positives = tf.scatter_nd(
-        tf.stack([user_index, items], -1), labels * example_mask,
-        [num_users, num_rows],
-    )
-    neighbors = tf.cast(positives > 0, rows.dtype) * row_mask
+    if neighbors is None:
+      neighbors = local_graph(rows, row_mask, items, labels, example_mask)
     user = hetero_models.user_representation(
         spec, user, tf.einsum('ut,utn->un', neighbors, rows),
         tf.reduce_sum(neighbors, axis=1),
@@ -114,6 +111,19 @@ def client_losses(
   return ClientLosses(total=total, own_tier=own_tier)
 
 
+def local_graph(rows, row_mask, items, labels, example_mask) -> tf.Tensor:
+  """Fed-LightGCN's local graph of U clients (arguments as in
+  `client_losses`): [U, T] 1 for the rows of the items with a positive
+  example."""
+  num_users, num_rows = tf.shape(rows)[0], tf.shape(rows)[1]
+  user_index = tf.broadcast_to(tf.range(num_users)[:, None], tf.shape(items))
+  positives = tf.scatter_nd(
+      tf.stack([user_index, items], -1), labels * example_mask,
+      [num_users, num_rows],
+  )
+  return tf.cast(positives > 0, rows.dtype) * row_mask
+
+
 def client_gradients(
     spec: hetero_models.HeteroSpec,
     tier: int,
@@ -127,6 +137,7 @@ def client_gradients(
     *,
     dual_task: bool,
     decorrelation_weight: float,
+    neighbors: tf.Tensor | None = None,
 ) -> ClientGradients:
   """Gradients of sum_i L'_{a,i} (see `client_losses` for the arguments).
 
@@ -140,7 +151,7 @@ def client_gradients(
     losses = client_losses(
         spec, tier, user, rows, row_mask, items, labels, example_mask,
         score_layers, dual_task=dual_task,
-        decorrelation_weight=decorrelation_weight,
+        decorrelation_weight=decorrelation_weight, neighbors=neighbors,
     )
     total = tf.reduce_sum(losses.total)
   user_grad, row_grads, layer_grads = tape.gradient(
@@ -179,18 +190,31 @@ def local_adam_changes(
     learning_rate: float,
     local_epochs: int,
     validation_mask: tf.Tensor | None = None,
+    batch_size: int = 0,
+    seeds: tf.Tensor | None = None,
 ) -> ClientChanges:
   """Local training of Sec. III.A, the FedRec protocol HeteFedRec builds on.
 
   Each of the U clients trains its own copy of (u_i, its rows of V_a, every
-  Theta_b) on L'_a (Eq. 14) for `local_epochs` full-batch steps of Adam
-  (Sec. V.D) started afresh from zero moments at the downloaded
-  parameters, as a client that holds no optimizer state between rounds
-  does. It keeps its new u_i (Eq. 3's private update) and uploads the
-  change of the public parameters written as a descent direction,
-  d_i = x_0 - x_L, so that the server's step of Eq. 4 / 8 / 9 / 15,
-  V <- V - sum_i d_i, applies the clients' own steps summed. With one local
-  epoch a fresh Adam step is lr * g / (|g| + eps) per coordinate.
+  Theta_b) on L'_a (Eq. 14) for `local_epochs` epochs of Adam (Sec. V.D)
+  started afresh from zero moments at the downloaded parameters, as a
+  client that holds no optimizer state between rounds does. It keeps its
+  new u_i (Eq. 3's private update) and uploads the change of the public
+  parameters written as a descent direction, d_i = x_0 - x_L, so that the
+  server's step of Eq. 4 / 8 / 9 / 15, V <- V - sum_i d_i, applies the
+  clients' own steps summed. With one full-batch epoch a fresh Adam step is
+  lr * g / (|g| + eps) per coordinate.
+
+  An epoch is one full-batch step (`batch_size` 0), or with `batch_size` B
+  a pass over the client's training examples in a fresh random order in
+  steps of B examples (the last one fewer), each on L'_a of its batch with
+  Eq. 13 taken over the rows of the batch's items, as minibatch training
+  (batch 64 or 256 in the first author's public FedRec code) does. Client
+  i's order in epoch e is that of `tf.random.stateless_uniform` keys
+  seeded by its seeds[i] folded with e, so it does not depend on the
+  other clients of its group; a client whose examples are used up takes
+  no step while the others finish (`adam.apply_per_client`). Fed-LightGCN
+  propagates u_i over the client's whole local graph in every batch.
 
   With a `validation_mask` [U, n] (1 for the examples a client holds out,
   which `example_mask` then excludes), the validation split guides the
@@ -202,35 +226,54 @@ def local_adam_changes(
 
   Arguments as in `client_losses`, except that `score_layers` holds the
   shared Theta_b (kernels [f_in, f_out]) of all three tiers, which each
-  client copies. Returns `ClientChanges(user [U, N_a] (the new embeddings),
-  item_rows [U, T, N_a] (d of each client's rows), score_layers (d of each
-  Theta_b summed over the clients; zeros for tiers not in L'_a),
-  loss_sum, num_examples, kept_epoch [U])`; loss_sum is the Eq. 2 part at
-  the downloaded parameters, for reporting; kept_epoch is the epoch of
-  1..L each client keeps (L without a validation split).
+  client copies, and `seeds` int64 [U, 2] (needed with a `batch_size`).
+  Returns `ClientChanges(user [U, N_a] (the new embeddings), item_rows
+  [U, T, N_a] (d of each client's rows), score_layers (d of each Theta_b
+  summed over the clients; zeros for tiers not in L'_a), loss_sum,
+  num_examples, kept_epoch [U])`; loss_sum is the Eq. 2 part summed over
+  the first epoch's steps (full batch: at the downloaded parameters), for
+  reporting; kept_epoch is the epoch of 1..L each client keeps (L without
+  a validation split).
   """
+  if batch_size and seeds is None:
+    raise ValueError('Minibatch local training needs the clients\' seeds.')
   num_users = tf.shape(user)[0]
   per_client = lambda x: tf.broadcast_to(
       x, tf.concat([[num_users], tf.shape(x)], 0)
   )
   start = (user, rows, tf.nest.map_structure(per_client, score_layers))
+  neighbors = (None if spec.model == 'ncf' else
+               local_graph(rows, row_mask, items, labels, example_mask))
+
+  def batch_step(carry, batch):
+    params, state, loss_sum = carry
+    batch_items, batch_labels, batch_mask = batch
+    batch_rows = row_mask if not batch_size else _rows_of(
+        batch_items, batch_mask, row_mask)
+    grads = client_gradients(
+        spec, tier, params[0], params[1], batch_rows, batch_items,
+        batch_labels, batch_mask, params[2], dual_task=dual_task,
+        decorrelation_weight=decorrelation_weight, neighbors=neighbors,
+    )
+    params, state = adam.apply_per_client(
+        params, (grads.user, grads.item_rows, grads.score_layers), state,
+        tf.reduce_any(batch_mask > 0, axis=1), learning_rate=learning_rate,
+    )
+    return params, state, loss_sum + grads.loss_sum
+
   params = start
-  state = adam.initial_state(params)
+  state = adam.initial_state(params)._replace(step=tf.zeros([num_users]))
   loss_sum = None
   best = best_loss = None
   kept_epoch = tf.fill([num_users], float(local_epochs))
   for epoch in range(1, local_epochs + 1):
-    grads = client_gradients(
-        spec, tier, params[0], params[1], row_mask, items, labels,
-        example_mask, params[2], dual_task=dual_task,
-        decorrelation_weight=decorrelation_weight,
+    params, state, epoch_loss = tf.foldl(
+        batch_step,
+        _epoch_batches(items, labels, example_mask, batch_size, seeds, epoch),
+        initializer=(params, state, tf.constant(0.0)),
     )
     if loss_sum is None:
-      loss_sum = grads.loss_sum
-    params, state = adam.apply(
-        params, (grads.user, grads.item_rows, grads.score_layers), state,
-        learning_rate=learning_rate,
-    )
+      loss_sum = epoch_loss
     if validation_mask is not None:
       # Only the own-tier Eq. 2 term is compared: the other terms of
       # L'_a would be computed and dropped.
@@ -240,7 +283,7 @@ def local_adam_changes(
           client_losses(
               spec, tier, params[0], params[1], row_mask, items, labels,
               validation_mask, params[2], dual_task=False,
-              decorrelation_weight=0.0,
+              decorrelation_weight=0.0, neighbors=neighbors,
           ).own_tier,
       )
   if validation_mask is not None:
@@ -256,6 +299,49 @@ def local_adam_changes(
       num_examples=tf.reduce_sum(example_mask),
       kept_epoch=kept_epoch,
   )
+
+
+def _epoch_batches(items, labels, example_mask, batch_size, seeds, epoch):
+  """One epoch's (items, labels, mask), each [S, U, B]: the whole data as
+  one batch (S = 1, B = n) for `batch_size` 0, else each client's training
+  examples in its epoch's random order, B at a time, S = ceil(max_i n_i /
+  B) steps (masked where a client has fewer)."""
+  if not batch_size:
+    return items[None], labels[None], example_mask[None]
+  num_examples = tf.shape(items)[1]
+  keys = tf.map_fn(
+      lambda seed: tf.random.stateless_uniform(
+          [num_examples],
+          tf.random.experimental.stateless_fold_in(seed, epoch),
+      ),
+      seeds, fn_output_signature=tf.float32,
+  )
+  # Training examples first (keys < 1), in random order.
+  order = tf.argsort(keys + 2.0 * (1.0 - example_mask), axis=1, stable=True)
+  counts = tf.cast(tf.reduce_sum(example_mask, axis=1), tf.int32)
+  steps = tf.maximum(1, -(-tf.reduce_max(counts) // batch_size))
+  slots = steps * batch_size
+  order = tf.pad(order, [[0, 0], [0, tf.maximum(0, slots - num_examples)]])
+  order = order[:, :slots]
+  mask = tf.cast(tf.range(slots)[None, :] < counts[:, None], tf.float32)
+
+  def in_steps(x):
+    x = tf.reshape(x, [tf.shape(x)[0], steps, batch_size])
+    return tf.transpose(x, [1, 0, 2])
+
+  return (in_steps(tf.gather(items, order, batch_dims=1)),
+          in_steps(tf.gather(labels, order, batch_dims=1)),
+          in_steps(mask))
+
+
+def _rows_of(items, example_mask, row_mask):
+  """[U, T] 1 for the rows of the examples in `example_mask` [U, B]."""
+  num_users = tf.shape(items)[0]
+  user_index = tf.broadcast_to(tf.range(num_users)[:, None], tf.shape(items))
+  used = tf.scatter_nd(
+      tf.stack([user_index, items], -1), example_mask, tf.shape(row_mask)
+  )
+  return tf.cast(used > 0, row_mask.dtype) * row_mask
 
 
 def _keep_best_epoch(best, best_loss, params, loss):

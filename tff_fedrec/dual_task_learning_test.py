@@ -25,7 +25,8 @@ def _mlp(x, layers):
 def _reference_loss(tier, user, table, items, labels, layers, dual_task,
                     alpha, spec=_SPEC):
   """L'_a for ONE client: sum over b of sum over examples of BCE, written
-  with the concatenation [u ; v] explicitly, plus alpha * ||corr||_F / N.
+  with the concatenation [u ; v] explicitly, plus alpha * ||corr||_F / N
+  over the rows of the given items.
   For LightGCN u is first averaged with its positives' mean-by-sqrt sum."""
   terms = range(tier + 1) if dual_task else [tier]
   total = 0.0
@@ -43,7 +44,8 @@ def _reference_loss(tier, user, table, items, labels, layers, dual_task,
     total += -tf.reduce_sum(
         labels * tf.math.log(p) + (1 - labels) * tf.math.log(1 - p)
     )
-  if tier > 0 and alpha:
+  # One row has constant columns: Eq. 13 is 0 there (`decorrelation`).
+  if tier > 0 and alpha and len(np.unique(items)) > 1:
     rows = tf.gather(table, np.unique(items))
     z = (rows - tf.reduce_mean(rows, 0)) / tf.math.reduce_std(rows, 0)
     corr = tf.transpose(z) @ z / tf.cast(tf.shape(rows)[0], tf.float32)
@@ -81,6 +83,10 @@ def _group(clients):
   return users, rows, row_mask, local, labels, example_mask, row_ids
 
 
+def _tensors(*arrays):
+  return tuple(tf.constant(a) for a in arrays)
+
+
 _MODELS = {
     'ncf': {'model': 'ncf'},
     'lightgcn': {'model': 'lightgcn'},
@@ -105,9 +111,8 @@ def test_gradients_match_the_reference_per_client(tier, dual_task, alpha,
   )
 
   got = dual_task_learning.client_gradients(
-      spec, tier, tf.constant(users), tf.constant(rows),
-      tf.constant(row_mask), tf.constant(local), tf.constant(labels),
-      tf.constant(example_mask), layers, dual_task=dual_task,
+      spec, tier, *_tensors(users, rows, row_mask, local, labels, example_mask),
+      layers, dual_task=dual_task,
       decorrelation_weight=alpha,
   )
 
@@ -199,9 +204,13 @@ def _reference_local_adam(tier, client, layers, lr, epochs):
   return _reference_adam_epochs(tier, client, layers, lr, epochs)[-1]
 
 
-def _reference_adam_epochs(tier, client, layers, lr, epochs, alpha=0.7):
-  """`_reference_local_adam`'s parameters after each of its epochs."""
+def _reference_adam_epochs(tier, client, layers, lr, epochs, alpha=0.7,
+                           batches=None):
+  """`_reference_local_adam`'s parameters after each of its epochs; with
+  `batches(epoch)`, a list of index arrays into the client's examples, one
+  step per batch instead of one per epoch."""
   user, table, items, labels = client
+  batches = batches or (lambda epoch: [np.arange(len(items))])
   history = []
   params = [user.astype(np.float64), table.astype(np.float64),
             [tf.nest.map_structure(lambda x: np.array(x, np.float64), l)
@@ -209,20 +218,23 @@ def _reference_adam_epochs(tier, client, layers, lr, epochs, alpha=0.7):
   flat = tf.nest.flatten(params)
   m = [np.zeros_like(x) for x in flat]
   v = [np.zeros_like(x) for x in flat]
-  for step in range(1, epochs + 1):
-    variables = [tf.Variable(tf.constant(x, tf.float32)) for x in flat]
-    current = tf.nest.pack_sequence_as(params, variables)
-    with tf.GradientTape() as tape:
-      loss = _reference_loss(tier, current[0], current[1], items, labels,
-                             current[2], True, alpha)
-    grads = tape.gradient(loss, variables,
-                          unconnected_gradients=tf.UnconnectedGradients.ZERO)
-    for k, g in enumerate(grads):
-      g = tf.convert_to_tensor(g).numpy().astype(np.float64)
-      m[k] = 0.9 * m[k] + 0.1 * g
-      v[k] = 0.999 * v[k] + 0.001 * g * g
-      flat[k] = flat[k] - lr * (m[k] / (1 - 0.9**step)) / (
-          np.sqrt(v[k] / (1 - 0.999**step)) + 1e-8)
+  step = 0
+  for epoch in range(1, epochs + 1):
+    for batch in batches(epoch):
+      step += 1
+      variables = [tf.Variable(tf.constant(x, tf.float32)) for x in flat]
+      current = tf.nest.pack_sequence_as(params, variables)
+      with tf.GradientTape() as tape:
+        loss = _reference_loss(tier, current[0], current[1], items[batch],
+                               labels[batch], current[2], True, alpha)
+      grads = tape.gradient(
+          loss, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+      for k, g in enumerate(grads):
+        g = tf.convert_to_tensor(g).numpy().astype(np.float64)
+        m[k] = 0.9 * m[k] + 0.1 * g
+        v[k] = 0.999 * v[k] + 0.001 * g * g
+        flat[k] = flat[k] - lr * (m[k] / (1 - 0.9**step)) / (
+            np.sqrt(v[k] / (1 - 0.999**step)) + 1e-8)
     history.append(tf.nest.pack_sequence_as(params, list(flat)))
   return history
 
@@ -239,9 +251,8 @@ def test_local_adam_changes_match_each_clients_own_adam(tier, epochs):
   lr = 0.01
 
   got = dual_task_learning.local_adam_changes(
-      _SPEC, tier, tf.constant(users), tf.constant(rows),
-      tf.constant(row_mask), tf.constant(local), tf.constant(labels),
-      tf.constant(example_mask), layers, dual_task=True,
+      _SPEC, tier, *_tensors(users, rows, row_mask, local, labels, example_mask),
+      layers, dual_task=True,
       decorrelation_weight=0.7, learning_rate=lr, local_epochs=epochs,
   )
 
@@ -270,9 +281,8 @@ def test_local_adam_changes_match_each_clients_own_adam(tier, epochs):
     np.testing.assert_allclose(moved[moved > 0], lr, rtol=1e-3)
   # The reported loss is Eq. 2 at the downloaded parameters.
   before = dual_task_learning.client_gradients(
-      _SPEC, tier, tf.constant(users), tf.constant(rows),
-      tf.constant(row_mask), tf.constant(local), tf.constant(labels),
-      tf.constant(example_mask), layers, dual_task=True,
+      _SPEC, tier, *_tensors(users, rows, row_mask, local, labels, example_mask),
+      layers, dual_task=True,
       decorrelation_weight=0.7,
   )
   np.testing.assert_allclose(got.loss_sum, before.loss_sum, rtol=1e-6)
@@ -297,9 +307,8 @@ def test_a_validation_split_keeps_each_clients_best_epoch():
     held_out[c, n - 3 : n] = 1.0
 
   got = dual_task_learning.local_adam_changes(
-      _SPEC, tier, tf.constant(users), tf.constant(rows),
-      tf.constant(row_mask), tf.constant(local), tf.constant(labels),
-      tf.constant(example_mask - held_out), layers, dual_task=True,
+      _SPEC, tier, *_tensors(users, rows, row_mask, local, labels,
+                             example_mask - held_out), layers, dual_task=True,
       decorrelation_weight=0.0, learning_rate=lr, local_epochs=epochs,
       validation_mask=tf.constant(held_out),
   )
@@ -335,3 +344,98 @@ def test_a_validation_split_keeps_each_clients_best_epoch():
   assert min(chosen) < epochs - 1 and chosen[-1] == epochs - 1
   # Each client reports the epoch it kept, counted from 1.
   np.testing.assert_array_equal(got.kept_epoch, np.add(chosen, 1))
+
+
+def _client_batches(seed, n, batch_size):
+  """Client's batches of each epoch, from its own keys: the argsort of
+  `stateless_uniform([n], fold_in(seed, epoch))`, B at a time."""
+  def batches(epoch):
+    keys = tf.random.stateless_uniform(
+        [n], tf.random.experimental.stateless_fold_in(
+            tf.constant(seed, tf.int64), epoch)).numpy()
+    order = np.argsort(keys, kind='stable')
+    return [order[i : i + batch_size] for i in range(0, n, batch_size)]
+  return batches
+
+
+@pytest.mark.parametrize('tier', [0, 2])
+def test_minibatch_epochs_match_each_clients_own_adam(tier):
+  # Clients of 7, 4 and 5 examples in batches of 3 take 3, 2 and 2 steps
+  # an epoch: the second waits at the group's third step, and its Adam's
+  # bias correction counts its own steps only. Each client is written out
+  # alone (its keys drawn for its own n, not the group's padded width), so
+  # this also checks that its order ignores the rest of its group.
+  params = hetero_models.initial_parameters(_SPEC, seed=3)
+  layers = tf.nest.map_structure(tf.constant, params['score_layers'])
+  sizes, batch_size, epochs, lr = [7, 4, 5], 3, 2, 0.01
+  clients = [_client(60 + c, tier, n) for c, n in enumerate(sizes)]
+  seeds = np.array([[5, c] for c in range(len(sizes))], np.int64)
+  users, rows, row_mask, local, labels, example_mask, row_ids = _group(
+      clients
+  )
+
+  got = dual_task_learning.local_adam_changes(
+      _SPEC, tier, *_tensors(users, rows, row_mask, local, labels, example_mask),
+      layers, dual_task=True,
+      decorrelation_weight=0.7, learning_rate=lr, local_epochs=epochs,
+      batch_size=batch_size, seeds=tf.constant(seeds),
+  )
+
+  for c, client in enumerate(clients):
+    new_user, new_table, _ = _reference_adam_epochs(
+        tier, client, layers, lr, epochs,
+        batches=_client_batches(seeds[c], sizes[c], batch_size))[-1]
+    np.testing.assert_allclose(got.user[c], new_user, rtol=1e-4, atol=1e-5)
+    ids = row_ids[c]
+    np.testing.assert_allclose(
+        got.item_rows[c, : len(ids)], client[1][ids] - new_table[ids],
+        rtol=1e-3, atol=1e-6,
+    )
+  # Minibatches differ from one full-batch step per epoch.
+  full = dual_task_learning.local_adam_changes(
+      _SPEC, tier, *_tensors(users, rows, row_mask, local, labels, example_mask),
+      layers, dual_task=True,
+      decorrelation_weight=0.7, learning_rate=lr, local_epochs=epochs,
+  )
+  assert not np.allclose(got.user, full.user, atol=1e-4)
+
+
+@pytest.mark.parametrize('model', ['ncf', 'lightgcn'])
+def test_one_batch_as_large_as_the_data_is_the_full_batch_step(model):
+  # B >= every client's n: one step an epoch on all of its examples, in a
+  # shuffled order, which a sum does not see. Fed-LightGCN's graph is the
+  # whole local graph either way.
+  spec = dataclasses.replace(_SPEC, **_MODELS[model])
+  params = hetero_models.initial_parameters(spec, seed=3)
+  layers = tf.nest.map_structure(tf.constant, params['score_layers'])
+  clients = [_client(80 + c, 1, n) for c, n in enumerate([6, 9])]
+  users, rows, row_mask, local, labels, example_mask, _ = _group(clients)
+  arguments = (spec, 1, *_tensors(users, rows, row_mask, local, labels,
+                                  example_mask), layers)
+  options = dict(dual_task=True, decorrelation_weight=0.7,
+                 learning_rate=0.01, local_epochs=3)
+  full = dual_task_learning.local_adam_changes(*arguments, **options)
+  one_batch = dual_task_learning.local_adam_changes(
+      *arguments, **options, batch_size=9,
+      seeds=tf.constant([[1, 2], [3, 4]], tf.int64),
+  )
+  tf.nest.map_structure(
+      lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
+      (full.user, full.item_rows, full.score_layers, full.loss_sum),
+      (one_batch.user, one_batch.item_rows, one_batch.score_layers,
+       one_batch.loss_sum),
+  )
+
+
+def test_minibatches_need_seeds():
+  params = hetero_models.initial_parameters(_SPEC, seed=3)
+  users, rows, row_mask, local, labels, example_mask, _ = _group(
+      [_client(1, 0, 4)])
+  with pytest.raises(ValueError, match='seeds'):
+    dual_task_learning.local_adam_changes(
+        _SPEC, 0, *_tensors(users, rows, row_mask, local, labels,
+                            example_mask), params['score_layers'],
+        dual_task=True,
+        decorrelation_weight=0.0, learning_rate=0.01, local_epochs=1,
+        batch_size=2,
+    )

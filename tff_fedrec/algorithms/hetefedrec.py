@@ -17,11 +17,12 @@ embedding u_i [N_a] (`hetero_models`). Algorithm 1, one round:
     `distillation.ensemble_distillation`).
 
 With `HeteroConfig.update_rule='local_adam'` Adam runs on the clients
-instead (Sec. III.A's local training): each client takes L full-batch steps
-from fresh moments and uploads its change d_i = x_0 - x_L
+instead (Sec. III.A's local training): each client trains L epochs (one
+full-batch step each, or minibatches of `local_batch_size`) from fresh
+moments and uploads its change d_i = x_0 - x_L
 (`dual_task_learning.local_adam_changes`); the server's step is
-x <- x - sum_i d_i (Eq. 4, 9, 15), then the same distillation. Two options
-of that rule: `validation_fraction` holds out part of each client's
+x <- x - sum_i d_i (Eq. 4, 9, 15), then the same distillation. Two more
+options of that rule: `validation_fraction` holds out part of each client's
 examples to pick its best local epoch (Sec. V.A), and
 `change_aggregation='mean'` averages each coordinate's changes over the
 clients that trained it instead of summing them, and 'fedavg' over every
@@ -102,12 +103,16 @@ class HeteroConfig:
     update_rule: Where Adam runs. 'server_adam': each client uploads one
       gradient of its whole data (Algorithm 1 lines 16-26) and the server
       takes an Adam step on their sums, keeping the moments. 'local_adam':
-      each client trains for `local_epochs` full-batch Adam steps from
-      fresh moments (`dual_task_learning.local_adam_changes`, u_i
+      each client trains for `local_epochs` epochs of Adam from fresh
+      moments (`dual_task_learning.local_adam_changes`, u_i
       included, so `user_optimizer` / `user_learning_rate` are unused) and
       uploads its change; the server adds the clients' changes summed, as
       Eq. 4, 8, 9 and 15 write it with the step taken on the clients.
     local_epochs: L of Algorithm 1 ('local_adam' only).
+    local_batch_size: 'local_adam' only: 0 makes an epoch one full-batch
+      step; B > 0 makes it ceil(n / B) steps on batches of B of the
+      client's examples in a fresh random order (seeded by the client
+      data's `seeds`), as the first author's public FedRec code trains.
     validation_fraction: 'local_adam' only: the share of a selected
       client's examples held out to guide its local training (Sec. V.A:
       10%); the client keeps its epoch of lowest held-out loss
@@ -139,6 +144,7 @@ class HeteroConfig:
   user_learning_rate: float = 0.001
   update_rule: str = 'server_adam'
   local_epochs: int = 1
+  local_batch_size: int = 0
   validation_fraction: float = 0.0
   change_aggregation: str = 'sum'
   seed: int = 0
@@ -166,6 +172,10 @@ class HeteroConfig:
           'local_epochs applies to update_rule="local_adam" only: under '
           '"server_adam" a client uploads one gradient per round.'
       )
+    if self.local_batch_size < 0:
+      raise ValueError(
+          f'local_batch_size must be >= 0; got {self.local_batch_size}.'
+      )
     if self.change_aggregation not in CHANGE_AGGREGATIONS:
       raise ValueError(
           f'change_aggregation must be one of {CHANGE_AGGREGATIONS}; got '
@@ -178,9 +188,11 @@ class HeteroConfig:
       )
     if self.update_rule != 'local_adam' and (
         self.validation_fraction or self.change_aggregation != 'sum'
+        or self.local_batch_size
     ):
       raise ValueError(
-          'validation_fraction and change_aggregation apply to '
+          'validation_fraction, change_aggregation and local_batch_size '
+          'apply to '
           'update_rule="local_adam" only: under "server_adam" a client '
           'takes no local steps to guide and the server aggregates '
           'gradients.'
@@ -197,6 +209,7 @@ def client_data_type() -> collections.OrderedDict:
       items=tff.TensorType(np.int32, [None, None]),
       labels=tff.TensorType(np.float32, [None, None]),
       num_examples=tff.TensorType(np.int32, [None]),
+      seeds=tff.TensorType(np.int64, [None, 2]),
       validation=tff.TensorType(np.float32, [None, None]),
   )
 
@@ -286,6 +299,7 @@ def build_hetefedrec_process(
             local_epochs=config.local_epochs,
             validation_mask=(data['validation']
                              if config.validation_fraction else None),
+            batch_size=config.local_batch_size, seeds=data['seeds'],
         )
         user = grads.user
         kept_epoch_sum = tf.reduce_sum(grads.kept_epoch)

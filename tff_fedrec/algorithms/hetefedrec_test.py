@@ -33,6 +33,7 @@ def _user(seed, n, held_out=0):
       items=rng.integers(0, _SPEC.num_items, n).astype(np.int32),
       labels=(rng.random(n) < 0.4).astype(np.float32),
       validation=(np.arange(n) >= n - held_out).astype(np.float32),
+      seed=np.array([seed, 7], np.int64),
   )
 
 
@@ -97,7 +98,9 @@ def _expected_round(method, groups, locals_in):
           *arguments, **options, learning_rate=method.config.learning_rate,
           local_epochs=method.config.local_epochs,
           validation_mask=(tf.constant(data['validation'])
-                           if method.config.validation_fraction else None))
+                           if method.config.validation_fraction else None),
+          batch_size=method.config.local_batch_size,
+          seeds=tf.constant(data['seeds']))
       kept_epoch_sum += data['include'] * float(np.sum(grads.kept_epoch))
     else:
       grads = dual_task_learning.client_gradients(*arguments, **options)
@@ -189,10 +192,14 @@ def _setup(held_out=0):
     dataclasses.replace(_NO_DISTILLATION, update_rule='local_adam',
                         aggregation='clustered', dual_task=False,
                         change_aggregation='fedavg'),
+    dataclasses.replace(_NO_DISTILLATION, update_rule='local_adam',
+                        local_epochs=2, local_batch_size=2,
+                        validation_fraction=0.1, change_aggregation='fedavg'),
 ], ids=['hetefedrec', 'no_udl', 'clustered', 'adam_users', 'local_adam',
         'local_adam_clustered', 'local_adam_validated_mean',
         'local_adam_mean_no_udl', 'local_adam_mean_clustered',
-        'local_adam_fedavg', 'local_adam_fedavg_clustered'])
+        'local_adam_fedavg', 'local_adam_fedavg_clustered',
+        'local_adam_minibatch_validated_fedavg'])
 def test_one_round_matches_the_round_written_out(config):
   method = hetefedrec.build_hetefedrec(spec=_SPEC, config=config, seed=0)
   groups, locals_in = _setup(
@@ -286,6 +293,9 @@ def test_distillation_lowers_its_loss_and_breaks_only_the_ties_it_should():
     (dict(change_aggregation='mean'), 'apply to update_rule="local_adam" only'),
     (dict(update_rule='local_adam', change_aggregation='median'),
      'change_aggregation must be one of'),
+    (dict(local_batch_size=64), 'apply to update_rule="local_adam" only'),
+    (dict(update_rule='local_adam', local_batch_size=-1),
+     'local_batch_size must be >= 0'),
     (dict(update_rule='local_adam', validation_fraction=1.0),
      r'validation_fraction must be in \[0, 1\)'),
 ])

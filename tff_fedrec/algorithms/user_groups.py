@@ -84,17 +84,20 @@ def tier_group_client_data(
 ) -> collections.OrderedDict:
   """A group's client data for the tiered processes
   (`hetefedrec.client_data_type()`): the model tier it trains, whether its
-  uploads count, `group_client_data` of users without seeds, and
-  `validation` [U, N], 1 for the examples a user holds out (its optional
-  `validation` entry; none without)."""
+  uploads count, `group_client_data` of its users, `validation` [U, N], 1
+  for the examples a user holds out (its optional `validation` entry; none
+  without), and `seeds` [U, 2] (its optional `seed`; (0, 0) without),
+  which only minibatch local training reads."""
   validation = _pad_rows(
       [np.asarray(d.get('validation', np.zeros(len(d['items']))),
                   np.float32) for d in user_data],
       np.float32,
   )
+  seeded = [collections.OrderedDict(d, seed=d.get('seed', (0, 0)))
+            for d in user_data]
   return collections.OrderedDict(
       tier=np.int32(tier), include=np.float32(include),
-      **group_client_data(user_data), validation=validation,
+      **group_client_data(seeded), validation=validation,
   )
 
 

@@ -3,6 +3,7 @@ import collections
 import numpy as np
 import pytest
 
+from tff_fedrec.algorithms import hetefedrec
 from tff_fedrec.algorithms import user_groups
 
 
@@ -45,6 +46,24 @@ def test_group_client_data_maps_each_user_to_its_compact_table():
     assert len(set(data['row_ids'][index, :t].tolist())) == t
   # Padding is zero.
   assert data['labels'][1, 1:].tolist() == [0, 0, 0]
+
+
+def test_tier_group_client_data_has_the_tiered_fields_in_type_order():
+  seeded = _user([7, 3], [1, 0], [5, 6])
+  unseeded = collections.OrderedDict(
+      items=np.array([4, 2, 2], np.int32),
+      labels=np.array([1, 0, 1], np.float32),
+      validation=np.array([0, 0, 1], np.float32),
+  )
+  data = user_groups.tier_group_client_data(
+      [seeded, unseeded], tier=2, include=0.0)
+
+  assert list(data) == list(hetefedrec.client_data_type())
+  assert data['tier'] == 2 and data['include'] == 0.0
+  # A user without a seed gets (0, 0); without a split, no held-out example.
+  np.testing.assert_array_equal(data['seeds'], [[5, 6], [0, 0]])
+  assert data['seeds'].dtype == np.int64
+  np.testing.assert_array_equal(data['validation'], [[0, 0, 0], [0, 0, 1]])
 
 
 def test_ungroup_states_keeps_each_users_real_rows():
