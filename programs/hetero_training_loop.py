@@ -135,10 +135,12 @@ def examples_of_users(
     examples: preprocessing.TrainingExamples, users: np.ndarray
 ) -> preprocessing.TrainingExamples:
   """The segments of `users` (in that order) of every user's examples."""
-  offsets, items = csr_rows(examples.offsets, examples.items, users)
-  _, labels = csr_rows(examples.offsets, examples.labels, users)
+  offsets, index = csr_rows(
+      examples.offsets, np.arange(examples.items.size), users
+  )
   return preprocessing.TrainingExamples(
-      offsets=offsets, items=items, labels=labels
+      offsets=offsets, items=examples.items[index],
+      labels=examples.labels[index],
   )
 
 

@@ -86,7 +86,7 @@ def client_losses(
   vectors = tf.gather(rows, items, batch_dims=1)
   if spec.model != 'ncf':
     if neighbors is None:
-      neighbors = local_graph(rows, row_mask, items, labels, example_mask)
+      neighbors = local_graph(row_mask, items, labels, example_mask)
     user = hetero_models.user_representation(
         spec, user, tf.einsum('ut,utn->un', neighbors, rows),
         tf.reduce_sum(neighbors, axis=1),
@@ -111,17 +111,11 @@ def client_losses(
   return ClientLosses(total=total, own_tier=own_tier)
 
 
-def local_graph(rows, row_mask, items, labels, example_mask) -> tf.Tensor:
+def local_graph(row_mask, items, labels, example_mask) -> tf.Tensor:
   """Fed-LightGCN's local graph of U clients (arguments as in
   `client_losses`): [U, T] 1 for the rows of the items with a positive
   example."""
-  num_users, num_rows = tf.shape(rows)[0], tf.shape(rows)[1]
-  user_index = tf.broadcast_to(tf.range(num_users)[:, None], tf.shape(items))
-  positives = tf.scatter_nd(
-      tf.stack([user_index, items], -1), labels * example_mask,
-      [num_users, num_rows],
-  )
-  return tf.cast(positives > 0, rows.dtype) * row_mask
+  return _rows_of(items, labels * example_mask, row_mask)
 
 
 def client_gradients(
@@ -243,7 +237,7 @@ def local_adam_changes(
   )
   start = (user, rows, tf.nest.map_structure(per_client, score_layers))
   neighbors = (None if spec.model == 'ncf' else
-               local_graph(rows, row_mask, items, labels, example_mask))
+               local_graph(row_mask, items, labels, example_mask))
 
   def batch_step(carry, batch):
     params, state, loss_sum = carry
@@ -335,7 +329,8 @@ def _epoch_batches(items, labels, example_mask, batch_size, seeds, epoch):
 
 
 def _rows_of(items, example_mask, row_mask):
-  """[U, T] 1 for the rows of the examples in `example_mask` [U, B]."""
+  """[U, T] 1 for the real rows (`row_mask`) of the examples of `items`
+  [U, n] that `example_mask` [U, n] weighs above 0."""
   num_users = tf.shape(items)[0]
   user_index = tf.broadcast_to(tf.range(num_users)[:, None], tf.shape(items))
   used = tf.scatter_nd(
