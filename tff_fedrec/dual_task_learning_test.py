@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tff_fedrec import decorrelation
 from tff_fedrec import dual_task_learning
 from tff_fedrec import hetero_models
 
@@ -398,6 +399,32 @@ def test_minibatch_epochs_match_each_clients_own_adam(tier):
       decorrelation_weight=0.7, learning_rate=lr, local_epochs=epochs,
   )
   assert not np.allclose(got.user, full.user, atol=1e-4)
+
+
+def test_distinct_rows_are_each_batch_item_once():
+  # Client 0's batch repeats row 3 (a negative drawn twice) and masks out
+  # row 5; client 1 has no example in the batch.
+  items = np.array([[3, 1, 3, 5, 0], [2, 2, 4, 1, 0]], np.int32)
+  mask = np.array([[1, 1, 1, 0, 1], [0, 0, 0, 0, 0]], np.float32)
+
+  indices, first = dual_task_learning.distinct_rows(*_tensors(items, mask))
+
+  for c in range(2):
+    chosen = np.asarray(indices[c])[np.asarray(first[c]) > 0]
+    np.testing.assert_array_equal(chosen, np.unique(items[c][mask[c] > 0]))
+  # Eq. 13 over the gathered rows is Eq. 13 over the client's rows masked
+  # to the batch's items (a repeated row counted twice would change it).
+  rng = np.random.default_rng(0)
+  rows = rng.normal(size=(2, 6, 4)).astype(np.float32)
+  rows[0, 3] *= 5.0
+  batch_rows = np.zeros([2, 6], np.float32)
+  for c in range(2):
+    batch_rows[c, items[c][mask[c] > 0]] = 1.0
+  np.testing.assert_allclose(
+      decorrelation.decorrelation_loss(
+          tf.gather(rows, indices, batch_dims=1), first),
+      decorrelation.decorrelation_loss(rows, batch_rows), rtol=1e-6,
+  )
 
 
 @pytest.mark.parametrize('model', ['ncf', 'lightgcn'])
