@@ -30,7 +30,6 @@ import numpy as np
 import tensorflow as tf
 
 from tff_fedrec import models
-from tff_fedrec import scoring
 
 NUM_TIERS = 3
 MODELS = ('ncf', 'lightgcn')
@@ -129,29 +128,22 @@ def initial_user_embeddings(
 
 def logits(user, item_vectors, layers) -> tf.Tensor:
   """Eq. 5 before the sigmoid: FFN([u ; v]) for user [..., N] and item
-  vectors [..., C, N]; returns [..., C]."""
-  return scoring.neural_cf_logits(
-      item_vectors,
-      user,
-      [(layer['kernel'], layer['bias']) for layer in layers],
-  )
-
-
-def score_all_items(user, table, layers) -> tf.Tensor:
-  """`logits` of every item for each user: user [U, N] with one shared model
-  (table [I, N], kernels [f_in, f_out], biases [f_out]) or with one model
-  per user (table [U, I, N], kernels [U, f_in, f_out], biases [U, f_out],
-  the 'Standalone' baseline); returns [U, I].
+  vectors [..., C, N] (or [C, N], the same C items for every user);
+  returns [..., C].
 
   The first layer is linear in [u ; v], so it splits into a user part
-  [U, 1, h] and an item part [(U,) I, h] that are added per pair: [U, I, h]
-  instead of the [U, I, 2N] concatenation.
+  [..., 1, h] and an item part [..., C, h] that are added per pair: no
+  [..., C, 2N] concatenation of u repeated C times
+  (`scoring.neural_cf_logits`, the same function written with it).
+  Kernels [f_in, f_out] and biases [f_out] are shared; kernels
+  [U, f_in, f_out] and biases [U, f_out] give each of U users its own
+  model ('Standalone').
   """
-  width = user.shape[-1]
+  width = tf.shape(user)[-1]  # Not always static inside TFF.
   first = layers[0]
   hidden = (
-      tf.matmul(user[:, None, :], first['kernel'][..., :width, :])
-      + tf.matmul(table, first['kernel'][..., width:, :])
+      tf.matmul(user[..., None, :], first['kernel'][..., :width, :])
+      + tf.matmul(item_vectors, first['kernel'][..., width:, :])
       + first['bias'][..., None, :]
   )
   for layer in layers[1:]:
@@ -160,6 +152,14 @@ def score_all_items(user, table, layers) -> tf.Tensor:
         + layer['bias'][..., None, :]
     )
   return tf.squeeze(hidden, -1)
+
+
+def score_all_items(user, table, layers) -> tf.Tensor:
+  """`logits` of every item for each user: user [U, N] with one shared model
+  (table [I, N], kernels [f_in, f_out], biases [f_out]) or with one model
+  per user (table [U, I, N], kernels [U, f_in, f_out], biases [U, f_out],
+  the 'Standalone' baseline); returns [U, I]."""
+  return logits(user, table, layers)
 
 
 def user_representation(spec: HeteroSpec, user, neighbor_sum, num_neighbors):

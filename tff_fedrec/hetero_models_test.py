@@ -3,6 +3,7 @@ import pytest
 import tensorflow as tf
 
 from tff_fedrec import hetero_models
+from tff_fedrec import scoring
 
 _SPEC = hetero_models.HeteroSpec(num_items=6, widths=(2, 3, 5),
                                  hidden_units=(4, 3))
@@ -32,8 +33,9 @@ def test_score_all_items_equals_the_concatenated_model():
   table = rng.normal(size=(6, 3)).astype(np.float32)
   layers = tf.nest.map_structure(tf.constant, params['score_layers'][1])
   got = hetero_models.score_all_items(users, table, layers)
-  expected = hetero_models.logits(
-      users, np.broadcast_to(table, (4, 6, 3)), layers
+  expected = scoring.neural_cf_logits(
+      np.broadcast_to(table, (4, 6, 3)), users,
+      [(layer['kernel'], layer['bias']) for layer in layers],
   )
   np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
 
