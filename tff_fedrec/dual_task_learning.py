@@ -296,11 +296,20 @@ def local_adam_changes(
   best = best_loss = None
   kept_epoch = tf.fill([num_users], float(local_epochs))
   for epoch in range(1, local_epochs + 1):
-    params, state, epoch_loss = tf.foldl(
-        batch_step,
-        _epoch_batches(items, labels, example_mask, batch_size, seeds, epoch),
-        initializer=(params, state, tf.constant(0.0)),
-    )
+    if batch_size:
+      params, state, epoch_loss = tf.foldl(
+          batch_step,
+          _epoch_batches(items, labels, example_mask, batch_size, seeds,
+                         epoch),
+          initializer=(params, state, tf.constant(0.0)),
+      )
+    else:
+      # One full-batch step, without a loop around it: tf.foldl over this
+      # one step made All Large's round on ML-1M take 1.63 s against
+      # 1.27 s, with 0.9 GB more peak memory (README, "A fifth reading").
+      params, state, epoch_loss = batch_step(
+          (params, state, tf.constant(0.0)), (items, labels, example_mask)
+      )
     if loss_sum is None:
       loss_sum = epoch_loss
     if validation_mask is not None:
@@ -331,12 +340,9 @@ def local_adam_changes(
 
 
 def _epoch_batches(items, labels, example_mask, batch_size, seeds, epoch):
-  """One epoch's (items, labels, mask), each [S, U, B]: the whole data as
-  one batch (S = 1, B = n) for `batch_size` 0, else each client's training
-  examples in its epoch's random order, B at a time, S = ceil(max_i n_i /
-  B) steps (masked where a client has fewer)."""
-  if not batch_size:
-    return items[None], labels[None], example_mask[None]
+  """One epoch's (items, labels, mask), each [S, U, B]: each client's
+  training examples in its epoch's random order, B at a time, S =
+  ceil(max_i n_i / B) steps (masked where a client has fewer)."""
   num_examples = tf.shape(items)[1]
   keys = tf.map_fn(
       lambda seed: tf.random.stateless_uniform(
