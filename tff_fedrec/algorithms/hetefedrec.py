@@ -41,8 +41,8 @@ Type signature (U users of one tier per TFF client, see `user_groups`):
   (a `two_phase.TwoPhaseProcess`: client_step, then server_step on the
   uploads U = <tables, score_layers, loss_sum, num_examples,
   kept_epoch_sum, trained_users>, and with
-  change_aggregation 'mean' or 'fedavg' also <row_counts [I, 3],
-  layer_counts [3]>,
+  change_aggregation 'mean' or 'fedavg' also <row_counts [I, 3] ([3]
+  under 'fedavg', where every row has the same count), layer_counts [3]>,
   the divisors of the means; a real client's sparse upload of its rows
   carries the row counts, so `bytes_per_client` does not add them)
 
@@ -344,7 +344,9 @@ def build_hetefedrec_process(
     `dual_task_learning.tier_terms`)."""
     tier = data['tier']
     if config.change_aggregation == 'fedavg':
-      touched = tf.fill([spec.num_items], users)
+      # Every user of the group counts for every row: one count per tier
+      # [3], which `mean_changes` broadcasts over the rows.
+      touched = users
     else:
       row_mask = tf.sequence_mask(
           data['num_rows'], tf.shape(data['row_ids'])[1], tf.float32
@@ -360,7 +362,8 @@ def build_hetefedrec_process(
       reaches = tf.equal(tier, tiers)
     trains = (tiers <= tier) if config.dual_task else tf.equal(tiers, tier)
     return (
-        touched[:, None] * tf.cast(reaches, tf.float32) * data['include'],
+        tf.expand_dims(touched, -1) * tf.cast(reaches, tf.float32)
+        * data['include'],
         users * tf.cast(trains, tf.float32) * data['include'],
     )
 
@@ -411,13 +414,18 @@ def build_hetefedrec_process(
   server_state_type = initial_state.type_signature.result
 
   count_types = (
-      tff.TensorType(np.float32, [spec.num_items, len(widths)]),
+      tff.TensorType(
+          np.float32,
+          [len(widths)] if config.change_aggregation == 'fedavg'
+          else [spec.num_items, len(widths)],
+      ),
       tff.TensorType(np.float32, [len(widths)]),
   )
 
   def mean_changes(table_sums, layer_sums, row_counts, layer_counts):
     """Sums divided by their contributors (`_contributions`; at least 1)."""
-    row_counts = tf.maximum(row_counts, 1.0)
+    # [I, 3], or under 'fedavg' [3], the same for every row.
+    row_counts = tf.maximum(tf.reshape(row_counts, [-1, len(widths)]), 1.0)
     if config.aggregation == 'padded':
       # Column b's count over dimensions N_{b-1}:N_b; tier a takes [:N_a].
       divisor = tf.repeat(row_counts, np.diff((0, *widths)), axis=1)
