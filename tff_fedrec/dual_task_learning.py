@@ -136,8 +136,8 @@ def distinct_rows(items, example_mask) -> tuple[tf.Tensor, tf.Tensor]:
   over `rows` gathered at these indices and weighed by this mask is Eq. 13
   over the [U, T] rows masked to the batch's items (it ignores the order of
   rows), at the cost of the batch's n rows rather than all T of the
-  client's: per batch, a large client's T rows made Eq. 13 about half of
-  HeteFedRec's round on ML-1M.
+  client's: taking all T rows on every batch made HeteFedRec's round on
+  ML-1M take 11.6 s instead of 7.35 s (README, "A fifth reading").
   """
   unused = tf.int32.max
   keyed = tf.sort(tf.where(example_mask > 0, items, unused), axis=1)
