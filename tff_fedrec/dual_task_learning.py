@@ -26,12 +26,33 @@ steps on each client's own copy of the parameters, uploading the change.
 """
 
 import collections
+from typing import NamedTuple
 
 import tensorflow as tf
 
 from tff_fedrec import adam
 from tff_fedrec import decorrelation
 from tff_fedrec import hetero_models
+
+
+class TierObjective(NamedTuple):
+  """Which L'_a (Eq. 14) a group of clients of one tier trains."""
+
+  spec: hetero_models.HeteroSpec  # The tiers' sizes and base model.
+  tier: int  # a: 0 (small), 1 (medium) or 2 (large).
+  # Eq. 11's UDL; False trains Theta_a on the full width only.
+  dual_task: bool
+  decorrelation_weight: float  # alpha of Eq. 14 (used for tiers 1 and 2).
+
+
+class ClientExamples(NamedTuple):
+  """U clients' examples in the padded layout of `user_groups`."""
+
+  row_mask: tf.Tensor  # [U, T] 1 for each client's real rows.
+  items: tf.Tensor  # int32 [U, n] each example's row among the client's.
+  labels: tf.Tensor  # [U, n] r_ij in {0, 1}.
+  example_mask: tf.Tensor  # [U, n] 1 for the examples the loss counts.
+
 
 ClientLosses = collections.namedtuple('ClientLosses', ['total', 'own_tier'])
 ClientGradients = collections.namedtuple(
@@ -46,84 +67,73 @@ def tier_terms(tier: int, dual_task: bool) -> tuple[int, ...]:
 
 
 def client_losses(
-    spec: hetero_models.HeteroSpec,
-    tier: int,
+    objective: TierObjective,
     user: tf.Tensor,
     rows: tf.Tensor,
-    row_mask: tf.Tensor,
-    items: tf.Tensor,
-    labels: tf.Tensor,
-    example_mask: tf.Tensor,
     score_layers,
+    examples: ClientExamples,
     *,
-    dual_task: bool,
-    decorrelation_weight: float,
     neighbors: tf.Tensor | None = None,
     decorrelated: tuple[tf.Tensor, tf.Tensor] | None = None,
 ) -> ClientLosses:
-  """L'_a of Eq. 14 for U clients of tier `tier`.
+  """L'_a of Eq. 14 for U clients of tier a = `objective.tier`.
 
   Returns `ClientLosses(total [U], own_tier [U])`: L'_a, and its Eq. 2 term
   under the client's own scorer Theta_a (what the round reports as its
   training loss).
 
   Args:
-    spec: The tiers' sizes.
-    tier: a, 0 (small), 1 (medium) or 2 (large).
+    objective: The tier a and the terms of its L'_a.
     user: [U, N_a] private embeddings.
     rows: [U, T, N_a] each client's rows of V_a (its items, padded).
-    row_mask: [U, T] 1 for real rows.
-    items: int32 [U, n] each example's row in `rows`.
-    labels: [U, n] r_ij in {0, 1}.
-    example_mask: [U, n] 1 for real examples.
     score_layers: Theta_b for every b in L_a, indexed by tier: (Theta_s,
       Theta_m, Theta_l), lists of {kernel, bias}; a kernel [U, f_in, f_out]
       and bias [U, f_out] give each client its own scorer (`standalone`).
-    dual_task: Eq. 11's UDL; False trains Theta_a on the full width only.
-    decorrelation_weight: alpha of Eq. 14 (used for tiers 1 and 2).
+    examples: The clients' examples; `examples.items` index `rows`.
     neighbors: Fed-LightGCN only: [U, T] 1 for the rows of each client's
       local graph; by default `local_graph` of these examples.
     decorrelated: (indices int32 [U, m] into `rows`, mask [U, m]) the rows
       Eq. 13 is taken over, each real one once (`distinct_rows`); by
-      default the real rows of `row_mask`.
+      default the real rows of `examples.row_mask`.
   """
-  vectors = tf.gather(rows, items, batch_dims=1)
+  spec, tier = objective.spec, objective.tier
+  vectors = tf.gather(rows, examples.items, batch_dims=1)
   if spec.model != 'ncf':
     if neighbors is None:
-      neighbors = local_graph(row_mask, items, labels, example_mask)
+      neighbors = local_graph(examples)
     user = hetero_models.user_representation(
         spec, user, tf.einsum('ut,utn->un', neighbors, rows),
         tf.reduce_sum(neighbors, axis=1),
     )
   total = tf.zeros(tf.shape(user)[:1])
-  for term in tier_terms(tier, dual_task):
+  for term in tier_terms(tier, objective.dual_task):
     width = spec.widths[term]
     term_logits = hetero_models.logits(
         user[:, :width], vectors[..., :width], score_layers[term]
     )
     losses = tf.nn.sigmoid_cross_entropy_with_logits(
-        labels=labels, logits=term_logits
+        labels=examples.labels, logits=term_logits
     )
-    term_loss = tf.reduce_sum(losses * example_mask, axis=1)
+    term_loss = tf.reduce_sum(losses * examples.example_mask, axis=1)
     if term == tier:
       own_tier = term_loss
     total += term_loss
-  if tier > 0 and decorrelation_weight:
-    regularized, regularized_mask = rows, row_mask
+  if tier > 0 and objective.decorrelation_weight:
+    regularized, regularized_mask = rows, examples.row_mask
     if decorrelated is not None:
       indices, regularized_mask = decorrelated
       regularized = tf.gather(rows, indices, batch_dims=1)
-    total += decorrelation_weight * decorrelation.decorrelation_loss(
-        regularized, regularized_mask
-    )
+    total += (objective.decorrelation_weight
+              * decorrelation.decorrelation_loss(regularized,
+                                                 regularized_mask))
   return ClientLosses(total=total, own_tier=own_tier)
 
 
-def local_graph(row_mask, items, labels, example_mask) -> tf.Tensor:
-  """Fed-LightGCN's local graph of U clients (arguments as in
-  `client_losses`): [U, T] 1 for the rows of the items with a positive
-  example."""
-  return _rows_of(items, labels * example_mask, row_mask)
+def local_graph(examples: ClientExamples) -> tf.Tensor:
+  """Fed-LightGCN's local graph of U clients: [U, T] 1 for the rows of the
+  items with a positive example."""
+  return _rows_of(examples.items, examples.labels * examples.example_mask,
+                  examples.row_mask)
 
 
 def distinct_rows(items, example_mask) -> tuple[tf.Tensor, tf.Tensor]:
@@ -151,18 +161,12 @@ def distinct_rows(items, example_mask) -> tuple[tf.Tensor, tf.Tensor]:
 
 
 def client_gradients(
-    spec: hetero_models.HeteroSpec,
-    tier: int,
+    objective: TierObjective,
     user: tf.Tensor,
     rows: tf.Tensor,
-    row_mask: tf.Tensor,
-    items: tf.Tensor,
-    labels: tf.Tensor,
-    example_mask: tf.Tensor,
     score_layers,
+    examples: ClientExamples,
     *,
-    dual_task: bool,
-    decorrelation_weight: float,
     neighbors: tf.Tensor | None = None,
     decorrelated: tuple[tf.Tensor, tf.Tensor] | None = None,
 ) -> ClientGradients:
@@ -176,9 +180,7 @@ def client_gradients(
   with tf.GradientTape() as tape:
     tape.watch([user, rows, score_layers])
     losses = client_losses(
-        spec, tier, user, rows, row_mask, items, labels, example_mask,
-        score_layers, dual_task=dual_task,
-        decorrelation_weight=decorrelation_weight, neighbors=neighbors,
+        objective, user, rows, score_layers, examples, neighbors=neighbors,
         decorrelated=decorrelated,
     )
     total = tf.reduce_sum(losses.total)
@@ -191,7 +193,7 @@ def client_gradients(
       item_rows=row_grads,
       score_layers=layer_grads,
       loss_sum=tf.reduce_sum(losses.own_tier),
-      num_examples=tf.reduce_sum(example_mask),
+      num_examples=tf.reduce_sum(examples.example_mask),
   )
 
 
@@ -203,18 +205,12 @@ ClientChanges = collections.namedtuple(
 
 
 def local_adam_changes(
-    spec: hetero_models.HeteroSpec,
-    tier: int,
+    objective: TierObjective,
     user: tf.Tensor,
     rows: tf.Tensor,
-    row_mask: tf.Tensor,
-    items: tf.Tensor,
-    labels: tf.Tensor,
-    example_mask: tf.Tensor,
     score_layers,
+    examples: ClientExamples,
     *,
-    dual_task: bool,
-    decorrelation_weight: float,
     learning_rate: float,
     local_epochs: int,
     validation_mask: tf.Tensor | None = None,
@@ -246,7 +242,7 @@ def local_adam_changes(
   propagates u_i over the client's whole local graph in every batch.
 
   With a `validation_mask` [U, n] (1 for the examples a client holds out,
-  which `example_mask` then excludes), the validation split guides the
+  which `examples.example_mask` then excludes), the validation split guides the
   local training as Sec. V.A says 10% of a selected client's training
   data does: after each epoch the client measures its Eq. 2 loss under its
   own scorer Theta_a on the held-out examples, and it keeps the parameters
@@ -271,16 +267,17 @@ def local_adam_changes(
       x, tf.concat([[num_users], tf.shape(x)], 0)
   )
   start = (user, rows, tf.nest.map_structure(per_client, score_layers))
-  neighbors = (None if spec.model == 'ncf' else
-               local_graph(row_mask, items, labels, example_mask))
+  neighbors = (None if objective.spec.model == 'ncf' else
+               local_graph(examples))
 
   def batch_step(carry, batch):
     params, state, loss_sum = carry
     batch_items, batch_labels, batch_mask = batch
     grads = client_gradients(
-        spec, tier, params[0], params[1], row_mask, batch_items,
-        batch_labels, batch_mask, params[2], dual_task=dual_task,
-        decorrelation_weight=decorrelation_weight, neighbors=neighbors,
+        objective, params[0], params[1], params[2],
+        examples._replace(items=batch_items, labels=batch_labels,
+                          example_mask=batch_mask),
+        neighbors=neighbors,
         decorrelated=(distinct_rows(batch_items, batch_mask)
                       if batch_size else None),
     )
@@ -299,8 +296,7 @@ def local_adam_changes(
     if batch_size:
       params, state, epoch_loss = tf.foldl(
           batch_step,
-          _epoch_batches(items, labels, example_mask, batch_size, seeds,
-                         epoch),
+          _epoch_batches(examples, batch_size, seeds, epoch),
           initializer=(params, state, tf.constant(0.0)),
       )
     else:
@@ -308,7 +304,8 @@ def local_adam_changes(
       # one step made All Large's round on ML-1M take 1.63 s against
       # 1.27 s, with 0.9 GB more peak memory (README, "A fifth reading").
       params, state, epoch_loss = batch_step(
-          (params, state, tf.constant(0.0)), (items, labels, example_mask)
+          (params, state, tf.constant(0.0)),
+          (examples.items, examples.labels, examples.example_mask),
       )
     if loss_sum is None:
       loss_sum = epoch_loss
@@ -319,9 +316,9 @@ def local_adam_changes(
           None if best is None else (best, kept_epoch), best_loss,
           (params, tf.fill([num_users], float(epoch))),
           client_losses(
-              spec, tier, params[0], params[1], row_mask, items, labels,
-              validation_mask, params[2], dual_task=False,
-              decorrelation_weight=0.0, neighbors=neighbors,
+              objective._replace(dual_task=False, decorrelation_weight=0.0),
+              *params, examples._replace(example_mask=validation_mask),
+              neighbors=neighbors,
           ).own_tier,
       )
   if validation_mask is not None:
@@ -334,15 +331,17 @@ def local_adam_changes(
           lambda d: tf.reduce_sum(d, axis=0), changes[2]
       ),
       loss_sum=loss_sum,
-      num_examples=tf.reduce_sum(example_mask),
+      num_examples=tf.reduce_sum(examples.example_mask),
       kept_epoch=kept_epoch,
   )
 
 
-def _epoch_batches(items, labels, example_mask, batch_size, seeds, epoch):
+def _epoch_batches(examples, batch_size, seeds, epoch):
   """One epoch's (items, labels, mask), each [S, U, B]: each client's
   training examples in its epoch's random order, B at a time, S =
   ceil(max_i n_i / B) steps (masked where a client has fewer)."""
+  items, labels, example_mask = (examples.items, examples.labels,
+                                 examples.example_mask)
   num_examples = tf.shape(items)[1]
   keys = tf.map_fn(
       lambda seed: tf.random.stateless_uniform(

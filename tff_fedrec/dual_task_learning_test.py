@@ -65,7 +65,8 @@ def _client(seed, tier, n):
 
 
 def _group(clients):
-  """Pads clients into the batched layout of `client_gradients`."""
+  """Pads clients into the batched layout of `client_gradients`: (users,
+  rows, `ClientExamples`, each client's row ids), tensors but the ids."""
   row_ids = [np.unique(items) for _, _, items, _ in clients]
   t = max(len(r) for r in row_ids)
   n = max(len(items) for _, _, items, _ in clients)
@@ -81,11 +82,19 @@ def _group(clients):
     labels[c, : len(items)] = y
     example_mask[c, : len(items)] = 1
   users = np.stack([u for u, *_ in clients])
-  return users, rows, row_mask, local, labels, example_mask, row_ids
+  return (tf.constant(users), tf.constant(rows),
+          dual_task_learning.ClientExamples(*_tensors(
+              row_mask, local, labels, example_mask)),
+          row_ids)
 
 
 def _tensors(*arrays):
   return tuple(tf.constant(a) for a in arrays)
+
+
+def _objective(tier, alpha, dual_task=True, spec=_SPEC):
+  return dual_task_learning.TierObjective(
+      spec, tier, dual_task=dual_task, decorrelation_weight=alpha)
 
 
 _MODELS = {
@@ -107,14 +116,10 @@ def test_gradients_match_the_reference_per_client(tier, dual_task, alpha,
   params = hetero_models.initial_parameters(_SPEC, seed=3)
   layers = tf.nest.map_structure(tf.constant, params['score_layers'])
   clients = [_client(10 + c, tier, n) for c, n in enumerate([7, 4])]
-  users, rows, row_mask, local, labels, example_mask, row_ids = _group(
-      clients
-  )
+  users, rows, examples, row_ids = _group(clients)
 
   got = dual_task_learning.client_gradients(
-      spec, tier, *_tensors(users, rows, row_mask, local, labels, example_mask),
-      layers, dual_task=dual_task,
-      decorrelation_weight=alpha,
+      _objective(tier, alpha, dual_task, spec), users, rows, layers, examples,
   )
 
   layer_sum = None
@@ -167,16 +172,16 @@ def test_without_the_neighbor_gradient_only_candidates_move_items():
     spec = dataclasses.replace(
         _SPEC, model='lightgcn', neighbor_gradient=gradient
     )
-    arguments = (spec, 0, tf.constant(user[None]), rows,
-                 tf.ones([1, 3]), tf.constant(items), tf.constant(labels),
-                 tf.ones([1, 3]), layers)
+    arguments = (
+        _objective(0, 0.0, dual_task=False, spec=spec),
+        tf.constant(user[None]), rows, layers,
+        dual_task_learning.ClientExamples(
+            tf.ones([1, 3]), tf.constant(items), tf.constant(labels),
+            tf.ones([1, 3])),
+    )
     results[gradient] = (
-        dual_task_learning.client_gradients(
-            *arguments, dual_task=False, decorrelation_weight=0.0
-        ).item_rows[0],
-        dual_task_learning.client_losses(
-            *arguments, dual_task=False, decorrelation_weight=0.0
-        ).total,
+        dual_task_learning.client_gradients(*arguments).item_rows[0],
+        dual_task_learning.client_losses(*arguments).total,
     )
   (with_gradient, loss), (without, same_loss) = results[True], results[False]
   np.testing.assert_allclose(loss, same_loss)
@@ -246,15 +251,12 @@ def test_local_adam_changes_match_each_clients_own_adam(tier, epochs):
   params = hetero_models.initial_parameters(_SPEC, seed=3)
   layers = tf.nest.map_structure(tf.constant, params['score_layers'])
   clients = [_client(20 + c, tier, n) for c, n in enumerate([7, 4, 5])]
-  users, rows, row_mask, local, labels, example_mask, row_ids = _group(
-      clients
-  )
+  users, rows, examples, row_ids = _group(clients)
   lr = 0.01
 
   got = dual_task_learning.local_adam_changes(
-      _SPEC, tier, *_tensors(users, rows, row_mask, local, labels, example_mask),
-      layers, dual_task=True,
-      decorrelation_weight=0.7, learning_rate=lr, local_epochs=epochs,
+      _objective(tier, 0.7), users, rows, layers, examples,
+      learning_rate=lr, local_epochs=epochs,
   )
 
   layer_change_sum = None
@@ -278,14 +280,11 @@ def test_local_adam_changes_match_each_clients_own_adam(tier, epochs):
   )
   if epochs == 1:
     # A fresh Adam's first step moves every trained coordinate by lr.
-    moved = np.abs(got.item_rows.numpy()[row_mask > 0])
+    moved = np.abs(got.item_rows.numpy()[examples.row_mask.numpy() > 0])
     np.testing.assert_allclose(moved[moved > 0], lr, rtol=1e-3)
   # The reported loss is Eq. 2 at the downloaded parameters.
   before = dual_task_learning.client_gradients(
-      _SPEC, tier, *_tensors(users, rows, row_mask, local, labels, example_mask),
-      layers, dual_task=True,
-      decorrelation_weight=0.7,
-  )
+      _objective(tier, 0.7), users, rows, layers, examples)
   np.testing.assert_allclose(got.loss_sum, before.loss_sum, rtol=1e-6)
   # Without a validation split every client keeps its last epoch.
   np.testing.assert_array_equal(got.kept_epoch, [epochs] * len(clients))
@@ -300,17 +299,15 @@ def test_a_validation_split_keeps_each_clients_best_epoch():
   layers = tf.nest.map_structure(tf.constant, params['score_layers'])
   sizes = [9, 8, 10, 6, 7]
   clients = [_client(40 + c, tier, n) for c, n in enumerate(sizes)]
-  users, rows, row_mask, local, labels, example_mask, row_ids = _group(
-      clients
-  )
-  held_out = np.zeros_like(example_mask)
+  users, rows, examples, row_ids = _group(clients)
+  held_out = np.zeros(examples.example_mask.shape, np.float32)
   for c, n in enumerate(sizes[:-1]):  # The last client holds out nothing.
     held_out[c, n - 3 : n] = 1.0
 
   got = dual_task_learning.local_adam_changes(
-      _SPEC, tier, *_tensors(users, rows, row_mask, local, labels,
-                             example_mask - held_out), layers, dual_task=True,
-      decorrelation_weight=0.0, learning_rate=lr, local_epochs=epochs,
+      _objective(tier, 0.0), users, rows, layers,
+      examples._replace(example_mask=examples.example_mask - held_out),
+      learning_rate=lr, local_epochs=epochs,
       validation_mask=tf.constant(held_out),
   )
 
@@ -371,14 +368,11 @@ def test_minibatch_epochs_match_each_clients_own_adam(tier):
   sizes, batch_size, epochs, lr = [7, 4, 5], 3, 2, 0.01
   clients = [_client(60 + c, tier, n) for c, n in enumerate(sizes)]
   seeds = np.array([[5, c] for c in range(len(sizes))], np.int64)
-  users, rows, row_mask, local, labels, example_mask, row_ids = _group(
-      clients
-  )
+  users, rows, examples, row_ids = _group(clients)
+  arguments = (_objective(tier, 0.7), users, rows, layers, examples)
 
   got = dual_task_learning.local_adam_changes(
-      _SPEC, tier, *_tensors(users, rows, row_mask, local, labels, example_mask),
-      layers, dual_task=True,
-      decorrelation_weight=0.7, learning_rate=lr, local_epochs=epochs,
+      *arguments, learning_rate=lr, local_epochs=epochs,
       batch_size=batch_size, seeds=tf.constant(seeds),
   )
 
@@ -394,10 +388,7 @@ def test_minibatch_epochs_match_each_clients_own_adam(tier):
     )
   # Minibatches differ from one full-batch step per epoch.
   full = dual_task_learning.local_adam_changes(
-      _SPEC, tier, *_tensors(users, rows, row_mask, local, labels, example_mask),
-      layers, dual_task=True,
-      decorrelation_weight=0.7, learning_rate=lr, local_epochs=epochs,
-  )
+      *arguments, learning_rate=lr, local_epochs=epochs)
   assert not np.allclose(got.user, full.user, atol=1e-4)
 
 
@@ -436,11 +427,9 @@ def test_one_batch_as_large_as_the_data_is_the_full_batch_step(model):
   params = hetero_models.initial_parameters(spec, seed=3)
   layers = tf.nest.map_structure(tf.constant, params['score_layers'])
   clients = [_client(80 + c, 1, n) for c, n in enumerate([6, 9])]
-  users, rows, row_mask, local, labels, example_mask, _ = _group(clients)
-  arguments = (spec, 1, *_tensors(users, rows, row_mask, local, labels,
-                                  example_mask), layers)
-  options = dict(dual_task=True, decorrelation_weight=0.7,
-                 learning_rate=0.01, local_epochs=3)
+  users, rows, examples, _ = _group(clients)
+  arguments = (_objective(1, 0.7, spec=spec), users, rows, layers, examples)
+  options = dict(learning_rate=0.01, local_epochs=3)
   full = dual_task_learning.local_adam_changes(*arguments, **options)
   one_batch = dual_task_learning.local_adam_changes(
       *arguments, **options, batch_size=9,
@@ -456,13 +445,9 @@ def test_one_batch_as_large_as_the_data_is_the_full_batch_step(model):
 
 def test_minibatches_need_seeds():
   params = hetero_models.initial_parameters(_SPEC, seed=3)
-  users, rows, row_mask, local, labels, example_mask, _ = _group(
-      [_client(1, 0, 4)])
+  users, rows, examples, _ = _group([_client(1, 0, 4)])
   with pytest.raises(ValueError, match='seeds'):
     dual_task_learning.local_adam_changes(
-        _SPEC, 0, *_tensors(users, rows, row_mask, local, labels,
-                            example_mask), params['score_layers'],
-        dual_task=True,
-        decorrelation_weight=0.0, learning_rate=0.01, local_epochs=1,
-        batch_size=2,
+        _objective(0, 0.0), users, rows, params['score_layers'], examples,
+        learning_rate=0.01, local_epochs=1, batch_size=2,
     )

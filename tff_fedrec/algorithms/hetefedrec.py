@@ -287,15 +287,16 @@ def build_hetefedrec_process(
           step=local['adam_step'][:, None],
       )
       arguments = (
-          spec, tier, local['user'][:, :width], rows, row_mask,
-          data['items'], data['labels'], example_mask,
-          params['score_layers'],
+          dual_task_learning.TierObjective(
+              spec, tier, dual_task=config.dual_task,
+              decorrelation_weight=config.decorrelation_weight),
+          local['user'][:, :width], rows, params['score_layers'],
+          dual_task_learning.ClientExamples(
+              row_mask, data['items'], data['labels'], example_mask),
       )
-      options = dict(dual_task=config.dual_task,
-                     decorrelation_weight=config.decorrelation_weight)
       if config.update_rule == 'local_adam':
         grads = dual_task_learning.local_adam_changes(
-            *arguments, **options, learning_rate=config.learning_rate,
+            *arguments, learning_rate=config.learning_rate,
             local_epochs=config.local_epochs,
             validation_mask=(data['validation']
                              if config.validation_fraction else None),
@@ -304,7 +305,7 @@ def build_hetefedrec_process(
         user = grads.user
         kept_epoch_sum = tf.reduce_sum(grads.kept_epoch)
       else:
-        grads = dual_task_learning.client_gradients(*arguments, **options)
+        grads = dual_task_learning.client_gradients(*arguments)
         kept_epoch_sum = tf.constant(0.0)
         if config.user_optimizer == 'adam':
           user, user_state = adam.apply(

@@ -87,15 +87,16 @@ def _expected_round(method, groups, locals_in):
         np.float32) * (1 - data['validation'])
     local_adam = method.config.update_rule == 'local_adam'
     arguments = (
-        _SPEC, tier, tf.constant(local['user'][:, :width]), rows,
-        tf.constant(row_mask), tf.constant(data['items']),
-        tf.constant(data['labels']), tf.constant(example_mask),
-        params['score_layers'])
-    options = dict(dual_task=method.config.dual_task,
-                   decorrelation_weight=method.config.decorrelation_weight)
+        dual_task_learning.TierObjective(
+            _SPEC, tier, dual_task=method.config.dual_task,
+            decorrelation_weight=method.config.decorrelation_weight),
+        tf.constant(local['user'][:, :width]), rows, params['score_layers'],
+        dual_task_learning.ClientExamples(
+            tf.constant(row_mask), tf.constant(data['items']),
+            tf.constant(data['labels']), tf.constant(example_mask)))
     if local_adam:  # Uploads are the clients' changes (tested on their own).
       grads = dual_task_learning.local_adam_changes(
-          *arguments, **options, learning_rate=method.config.learning_rate,
+          *arguments, learning_rate=method.config.learning_rate,
           local_epochs=method.config.local_epochs,
           validation_mask=(tf.constant(data['validation'])
                            if method.config.validation_fraction else None),
@@ -103,7 +104,7 @@ def _expected_round(method, groups, locals_in):
           seeds=tf.constant(data['seeds']))
       kept_epoch_sum += data['include'] * float(np.sum(grads.kept_epoch))
     else:
-      grads = dual_task_learning.client_gradients(*arguments, **options)
+      grads = dual_task_learning.client_gradients(*arguments)
     trained_users += data['include'] * len(data['num_rows'])
     table_grad = np.zeros([_SPEC.num_items, width], np.float32)
     for u in range(len(data['num_rows'])):

@@ -141,9 +141,11 @@ def build_standalone_process(
         tape.watch(model)
         rows = tf.gather(model['item_table'], data['row_ids'], batch_dims=1)
         losses = dual_task_learning.client_losses(
-            spec, tier, model['user'], rows, row_mask, data['items'],
-            data['labels'], example_mask, {tier: model['score_layers']},
-            dual_task=False, decorrelation_weight=0.0,
+            dual_task_learning.TierObjective(
+                spec, tier, dual_task=False, decorrelation_weight=0.0),
+            model['user'], rows, {tier: model['score_layers']},
+            dual_task_learning.ClientExamples(
+                row_mask, data['items'], data['labels'], example_mask),
         )
         total = tf.reduce_sum(losses.total)
       grads = tape.gradient(
