@@ -74,7 +74,7 @@ def client_losses(
     examples: ClientExamples,
     *,
     neighbors: tf.Tensor | None = None,
-    decorrelated: tuple[tf.Tensor, tf.Tensor] | None = None,
+    decorrelate_batch_rows: bool = False,
 ) -> ClientLosses:
   """L'_a of Eq. 14 for U clients of tier a = `objective.tier`.
 
@@ -92,9 +92,9 @@ def client_losses(
     examples: The clients' examples; `examples.items` index `rows`.
     neighbors: Fed-LightGCN only: [U, T] 1 for the rows of each client's
       local graph; by default `local_graph` of these examples.
-    decorrelated: (indices int32 [U, m] into `rows`, mask [U, m]) the rows
-      Eq. 13 is taken over, each real one once (`distinct_rows`); by
-      default the real rows of `examples.row_mask`.
+    decorrelate_batch_rows: Eq. 13 over the rows of these examples' items,
+      each once (`distinct_rows`; a minibatch's), instead of over all the
+      real rows of `examples.row_mask`.
   """
   spec, tier = objective.spec, objective.tier
   vectors = tf.gather(rows, examples.items, batch_dims=1)
@@ -120,8 +120,9 @@ def client_losses(
     total += term_loss
   if tier > 0 and objective.decorrelation_weight:
     regularized, regularized_mask = rows, examples.row_mask
-    if decorrelated is not None:
-      indices, regularized_mask = decorrelated
+    if decorrelate_batch_rows:
+      indices, regularized_mask = distinct_rows(examples.items,
+                                                examples.example_mask)
       regularized = tf.gather(rows, indices, batch_dims=1)
     total += (objective.decorrelation_weight
               * decorrelation.decorrelation_loss(regularized,
@@ -168,7 +169,7 @@ def client_gradients(
     examples: ClientExamples,
     *,
     neighbors: tf.Tensor | None = None,
-    decorrelated: tuple[tf.Tensor, tf.Tensor] | None = None,
+    decorrelate_batch_rows: bool = False,
 ) -> ClientGradients:
   """Gradients of sum_i L'_{a,i} (see `client_losses` for the arguments).
 
@@ -181,7 +182,7 @@ def client_gradients(
     tape.watch([user, rows, score_layers])
     losses = client_losses(
         objective, user, rows, score_layers, examples, neighbors=neighbors,
-        decorrelated=decorrelated,
+        decorrelate_batch_rows=decorrelate_batch_rows,
     )
     total = tf.reduce_sum(losses.total)
   user_grad, row_grads, layer_grads = tape.gradient(
@@ -277,9 +278,7 @@ def local_adam_changes(
         objective, params[0], params[1], params[2],
         examples._replace(items=batch_items, labels=batch_labels,
                           example_mask=batch_mask),
-        neighbors=neighbors,
-        decorrelated=(distinct_rows(batch_items, batch_mask)
-                      if batch_size else None),
+        neighbors=neighbors, decorrelate_batch_rows=bool(batch_size),
     )
     params, state = adam.apply_per_client(
         params, (grads.user, grads.item_rows, grads.score_layers), state,
