@@ -30,7 +30,7 @@ import sys
 from absl import app
 from absl import flags
 
-from tff_fedrec.algorithms import method_names
+from tff_fedrec.algorithms import registry
 from tff_fedrec.programs import benchmark_tables
 
 _METHODS = flags.DEFINE_list(
@@ -84,11 +84,11 @@ def _check_extra_flags(value):
 
 @flags.validator('methods')
 def _check_methods(value):
-  unknown = [method for method in value if method not in method_names.ALL]
+  unknown = [method for method in value if method not in registry.METHODS]
   if unknown:
     raise flags.ValidationError(
         f'Unknown method(s) {", ".join(unknown)} in --methods; choose from '
-        f'{", ".join(sorted(method_names.ALL))}.'
+        f'{", ".join(registry.METHODS)}.'
     )
   return True
 

@@ -32,14 +32,15 @@ _BATCH_SIZE = flags.DEFINE_integer('batch_size', 1024, 'Examples per step.')
 
 def main(argv):
   del argv
+  data = random_split_flags.load_split()
   history = centralized_training.train_centralized(
-      random_split_flags.load_split(),
+      data,
       epochs=_EPOCHS.value,
       width=_WIDTH.value,
       hidden_units=tuple(int(h) for h in _HIDDEN_UNITS.value),
       learning_rate=_LEARNING_RATE.value,
       batch_size=_BATCH_SIZE.value,
-      tier_ratio=random_split_flags.tier_ratio(),
+      user_tiers=random_split_flags.user_tiers(data),
       seed=random_split_flags.SEED.value,
   )
   last = history[-1]

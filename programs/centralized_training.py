@@ -5,9 +5,9 @@ One Fed-NCF model (Eq. 5: FFN([u ; v]), N(0, s^2) embeddings, PyTorch-style
 uniform dense layers as in `hetero_models`) is trained on every user's
 training data pooled on one machine, with minibatch Adam on Eq. 2's binary
 cross-entropy. Negatives are redrawn every epoch from outside each user's
-training items (`hetero_training_loop.round_examples`), and every epoch is
+training items (`random_split.training_examples`), and every epoch is
 scored by the tiered methods' full ranking
-(`hetero_training_loop.tiered_ranking_metrics`).
+(`random_split.tiered_ranking_metrics`).
 """
 
 from typing import Callable, Sequence
@@ -17,9 +17,8 @@ import tensorflow as tf
 
 from tff_fedrec import hetero_models
 from tff_fedrec import models
-from tff_fedrec import tiers
-from tff_fedrec.programs import hetero_training_loop
 from tff_fedrec.tasks import preprocessing
+from tff_fedrec.tasks import random_split
 
 
 def train_centralized(
@@ -32,9 +31,9 @@ def train_centralized(
     batch_size: int = 1024,
     negatives_per_positive: int = 4,
     init_scale: float = 0.01,
-    tier_ratio: Sequence[float] = (5, 3, 2),
+    user_tiers: Sequence[int],
     seed: int = 0,
-    k: int = hetero_training_loop.TOP_K,
+    k: int = random_split.TOP_K,
     log: Callable[[str], None] = print,
 ) -> list[dict]:
   """Trains for `epochs` epochs; returns each epoch's `tiered_ranking_metrics`
@@ -84,17 +83,12 @@ def train_centralized(
         tf.gather(users, tier_users), items, layers
     ).numpy()
 
-  data_tier = tiers.assign_tiers_by_interactions(
-      np.diff(data.train_offsets), tuple(tier_ratio)
-  )
-  sampling = hetero_training_loop.HeteroLoopConfig(
-      rounds=epochs, negatives_per_positive=negatives_per_positive, seed=seed
-  )
   all_users = np.arange(data.num_users)
   history = []
   for epoch in range(epochs):
-    examples = hetero_training_loop.round_examples(
-        data, sampling, epoch, all_users
+    examples = random_split.training_examples(
+        data, negatives_per_positive, all_users,
+        np.random.default_rng([seed, epoch]),
     )
     owner = np.repeat(all_users, np.diff(examples.offsets)).astype(np.int32)
     order = np.random.default_rng([seed, epoch]).permutation(owner.size)
@@ -106,8 +100,8 @@ def train_centralized(
                    labels[s:s + batch_size]))
         for s in range(0, owner.size, batch_size)
     ]
-    result = hetero_training_loop.tiered_ranking_metrics(
-        data, data_tier, score_users, k
+    result = random_split.tiered_ranking_metrics(
+        data, np.asarray(user_tiers), score_users, k
     )
     result.update(epoch=epoch + 1, loss=float(np.mean(losses)))
     history.append(result)

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 
 from tff_fedrec.programs import centralized_training
-from tff_fedrec.programs import hetero_training_loop
 from tff_fedrec.tasks import preprocessing
+from tff_fedrec.tasks import random_split
 
 
 def _two_taste_data(num_users=60, items_per_taste=8, seed=0):
@@ -36,10 +36,14 @@ def _two_taste_data(num_users=60, items_per_taste=8, seed=0):
 
 def test_centralised_training_learns_tastes_that_popularity_cannot_see():
   data = _two_taste_data()
-  popularity = hetero_training_loop.popularity_metrics(data, (5, 3, 2), k=2)
+  tiers = np.zeros(data.num_users, np.int32)
+  tiers[30:] = 2
+  tiers[18:30] = 1
+  popularity = random_split.popularity_metrics(data, tiers, k=2)
   history = centralized_training.train_centralized(
       data, epochs=40, width=8, hidden_units=(8,), learning_rate=0.05,
       batch_size=64, init_scale=0.1, k=2, log=lambda _: None,
+      user_tiers=tiers,
   )
   assert [h['epoch'] for h in history] == list(range(1, 41))
   assert history[-1]['loss'] < history[0]['loss']
@@ -55,7 +59,8 @@ def test_centralised_training_learns_tastes_that_popularity_cannot_see():
 def test_the_same_seed_gives_the_same_history():
   data = _two_taste_data(num_users=20)
   run = lambda: centralized_training.train_centralized(
-      data, epochs=2, width=4, hidden_units=(4,), k=2, log=lambda _: None
+      data, epochs=2, width=4, hidden_units=(4,), k=2, log=lambda _: None,
+      user_tiers=np.zeros(data.num_users, np.int32),
   )
   first, second = run(), run()
   assert [h['ndcg@2'] for h in first] == [h['ndcg@2'] for h in second]
@@ -65,4 +70,6 @@ def test_the_same_seed_gives_the_same_history():
 @pytest.mark.parametrize('flags', [dict(epochs=0), dict(epochs=1, width=0)])
 def test_non_positive_sizes_are_refused(flags):
   with pytest.raises(ValueError, match='must be positive'):
-    centralized_training.train_centralized(_two_taste_data(num_users=4), **flags)
+    centralized_training.train_centralized(
+        _two_taste_data(num_users=4), user_tiers=np.zeros(4, np.int32),
+        **flags)

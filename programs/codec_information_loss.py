@@ -26,11 +26,14 @@ from tff_fedrec import information_loss
 from tff_fedrec import local_training
 from tff_fedrec import models
 from tff_fedrec.aggregators import row_codecs
-from tff_fedrec.algorithms import compressed_exchange
-from tff_fedrec.algorithms import downlink_codecs
-from tff_fedrec.algorithms import fedras
-from tff_fedrec.algorithms import user_groups
-from tff_fedrec.programs import training_loop
+from tff_fedrec.aggregators import downlink_codecs
+from tff_fedrec.algorithms import exchanges
+from tff_fedrec.algorithms.fedras import bandwidths as fedras_bandwidths
+from tff_fedrec.algorithms.fedras import exchange as fedras_exchange
+from tff_fedrec.algorithms.fedras import methods as fedras
+from tff_fedrec.templates import distributors
+from tff_fedrec.templates import user_groups
+from tff_fedrec.tasks import leave_one_out
 
 STRATEGIES = ('CE', 'SVD', 'CoLR', 'Top-K', 'FedRAS')
 _UPLOAD_NORMALIZATION = {
@@ -42,7 +45,7 @@ _UPLOAD_NORMALIZATION = {
 def strategy_codecs(num_items: int, dim: int, rate: float, alpha: float):
   """{strategy: (upload codec, downlink codec, e_u)} at compression `rate`:
   the codecs the methods of `algorithms.fedras` use."""
-  bandwidths = fedras.ClientBandwidths(num_items, dim, rate)
+  bandwidths = fedras_bandwidths.ClientBandwidths(num_items, dim, rate)
   groups = bandwidths.expected_groups
 
   def clustered():
@@ -55,7 +58,7 @@ def strategy_codecs(num_items: int, dim: int, rate: float, alpha: float):
 
   codecs = {'CE': clustered(), 'FedRAS': clustered()}
   for name, scheme in (('SVD', 'svd'), ('CoLR', 'colr'), ('Top-K', 'top_k')):
-    codecs[name] = fedras.baseline_codecs(scheme, num_items, dim, rate)
+    codecs[name] = fedras_exchange.baseline_codecs(scheme, num_items, dim, rate)
   return {name: (*pair, groups) for name, pair in codecs.items()}
 
 
@@ -95,8 +98,8 @@ def measure(data, *, rounds, rate, alpha, client_fraction, dim,
   encoder_states = {name: c[1].initial_state() for name, c in codecs.items()}
   training = dict(learning_rate=learning_rate,
                   item_learning_rate=item_learning_rate)
-  config = training_loop.LoopConfig(
-      rounds=rounds, seed=seed,
+  protocol = leave_one_out.LeaveOneOut(
+      data, seed=seed,
       clients_per_round=max(1, int(data.num_users * client_fraction)),
   )
   train = tf.function(_train_group, reduce_retracing=True)
@@ -113,7 +116,8 @@ def measure(data, *, rounds, rate, alpha, client_fraction, dim,
   totals = {name: collections.defaultdict(float) for name in STRATEGIES}
   for round_num in range(rounds):
     started = time.time()
-    users, client_data, _ = training_loop.sample_round(data, config, round_num)
+    round_input = protocol.round_input(round_num)
+    users, client_data = round_input.users, round_input.user_data
     sums = {}  # strategy or ('raw', kind) -> (update_sum, participants)
     for positions in user_groups.group_positions(
         [len(d['items']) for d in client_data], users_per_group
@@ -127,8 +131,8 @@ def measure(data, *, rounds, rate, alpha, client_fraction, dim,
       user_table[users[positions]] = trained['user_embedding'].numpy()
       rows = {'delta': trained['item_embedding'] - start,
               'embedding': trained['item_embedding']}
-      seeds = compressed_exchange.kmeans_seeds(group['seeds'])
-      shared = compressed_exchange.round_seed(seed, round_num)
+      seeds = exchanges.kmeans_seeds(group['seeds'])
+      shared = distributors.round_seed(seed, round_num)
       sent = {('raw', kind): value for kind, value in rows.items()}
       for name, (upload, _, groups) in codecs.items():
         clock = time.perf_counter()
@@ -165,7 +169,7 @@ def measure(data, *, rounds, rate, alpha, client_fraction, dim,
       clock = time.perf_counter()
       server, encoder_states[name] = server_steps[name](
           downlink, payload, encoder_states[name],
-          compressed_exchange.round_seed(seed, round_num), groups,
+          distributors.round_seed(seed, round_num), groups,
       )
       if round_num:
         totals[name]['server_seconds'] += time.perf_counter() - clock

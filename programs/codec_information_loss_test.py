@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tff_fedrec.algorithms import fedras
+from tff_fedrec.algorithms.fedras import bandwidths as fedras
 from tff_fedrec.programs import codec_information_loss
 from tff_fedrec.tasks import datasets
 

@@ -8,7 +8,7 @@ import os
 import sys
 import time
 
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 
 from absl import app
 from absl import flags
@@ -17,13 +17,11 @@ import numpy as np
 import tensorflow as tf
 
 from tff_fedrec import atomic_files
-from tff_fedrec import metrics
 from tff_fedrec.export import manifest
 from tff_fedrec.export import on_device_model
 from tff_fedrec.export import tflite_conversion
 from tff_fedrec.programs import execution
 from tff_fedrec.programs import exported_models
-from tff_fedrec.programs import hetero_training_loop
 from tff_fedrec.programs import training_program
 from tff_fedrec.tasks import errors
 
@@ -104,38 +102,19 @@ def _eval_cases(model, limit):
 
 def _ranking_metrics(prepared, model, scorer, limit) -> dict:
   """The run's test metrics of `model` as `scorer` scores it."""
-  data = prepared.data
   users, vectors = _eval_cases(model, limit)
   # int8 scores tie often, and both rankings resolve ties in a fixed way
   # (sampled: against the test item; full: lower item index first, roughly
   # popularity order here). Ties are broken at random instead: a seeded
   # jitter per item, far below float32's spacing at any real score gap
   # (the scores are float64 for this).
-  jitter = np.random.default_rng(0).random(data.num_items) * 1e-12
-  if not prepared.tiered:
-    candidates = np.concatenate(
-        [data.test_items[users, None], data.test_negatives[users]], axis=1
-    )
-    scores = np.stack([
-        scorer(items, vector).astype(np.float64) + jitter[items]
-        for items, vector in zip(candidates, vectors)
-    ])
-    result = metrics.summarize_sampled(scores)
-    return {'hr@10': result['hr@10'], 'ndcg@10': result['ndcg@10']}
-  vector_of = dict(zip(users.tolist(), vectors))
-  all_items = np.arange(data.num_items)
-  only = np.full(data.num_users, -1)
-  only[users] = 0  # One 'tier' holding the evaluated users.
-
-  def score_users(tier, tier_users, *_):
-    del tier
-    return np.stack([
-        scorer(all_items, vector_of[u]).astype(np.float64) + jitter
-        for u in tier_users.tolist()
-    ])
-
-  result = hetero_training_loop.tiered_ranking_metrics(data, only, score_users)
-  return {key: value for key, value in result.items() if key != 'per_tier'}
+  jitter = np.random.default_rng(0).random(prepared.data.num_items) * 1e-12
+  return prepared.protocol.test_metrics(
+      users,
+      lambda position, items: (
+          scorer(items, vectors[position]).astype(np.float64) + jitter[items]
+      ),
+  )
 
 
 def _logit_differences(model, reference, scorer) -> dict:

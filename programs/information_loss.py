@@ -12,7 +12,7 @@ same server aggregate through every strategy's codecs each round
 from absl import app
 from absl import flags
 
-from tff_fedrec.algorithms import fedras
+from tff_fedrec.algorithms.fedras import exchange as fedras_exchange
 from tff_fedrec.programs import codec_information_loss
 from tff_fedrec.tasks import datasets
 
@@ -21,7 +21,7 @@ _DATASET = flags.DEFINE_enum(
 )
 _ROUNDS = flags.DEFINE_integer('rounds', 20, 'Rounds to average over.')
 _RATE = flags.DEFINE_float('compression_rate', 0.9375, 'CR of Sec. 5.1.')
-_ALPHA = flags.DEFINE_float('alpha', fedras.DEFAULT_ALPHA, 'Sec. 4.3.')
+_ALPHA = flags.DEFINE_float('alpha', fedras_exchange.DEFAULT_ALPHA, 'Sec. 4.3.')
 _CLIENT_FRACTION = flags.DEFINE_float(
     'client_fraction', 0.1, 'Share of the users per round.'
 )

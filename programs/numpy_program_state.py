@@ -9,7 +9,9 @@ of the (flattened) program state with `np.save` instead: no copy beyond the
 file, and the files load without TensorFlow.
 
 Layout: <root_dir>/program_state_<version>/<index>.npy, one file per leaf in
-`tf.nest.flatten` order of the state. A version is written to a temporary
+`tf.nest.flatten` order of the state, and format.json, the layout's format
+(`FORMAT`): a checkpoint of another format is refused with a message saying
+which version of tff_fedrec wrote it. A version is written to a temporary
 directory and renamed into place, so a killed save never leaves a partial
 version behind (the temporary name does not parse as a version). The
 `keep_total` latest versions are kept.
@@ -21,6 +23,7 @@ Example:
   ({'round': array(3), 'table': array(...)}, 3)
 """
 
+import json
 import os
 import shutil
 from typing import Optional
@@ -30,6 +33,10 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 _PREFIX = 'program_state_'
+# 2: the one-program layout (composed processes, one training loop); 1 (no
+# format.json): tff_fedrec up to commit 19023d5.
+FORMAT = 2
+_FORMAT_FILE = 'format.json'
 
 
 class NumpyProgramStateManager(tff.program.ProgramStateManager):
@@ -56,6 +63,15 @@ class NumpyProgramStateManager(tff.program.ProgramStateManager):
 
   async def load(self, version: int, structure):
     path = self._path(version)
+    written = _read_format(path)
+    if written != FORMAT:
+      raise ValueError(
+          f'Checkpoint {path} has checkpoint format {written}; this version '
+          f'of tff_fedrec reads format {FORMAT}. Format 1 was written up to '
+          'commit 19023d5 (before processes were composed from roles): '
+          'resume or export that run with that version (git checkout '
+          '19023d5), or train it again in a new --root_dir.'
+      )
     leaves = tf.nest.flatten(structure)
     files = [os.path.join(path, f'{index}.npy') for index in range(len(leaves))]
     found = len([n for n in os.listdir(path) if n.endswith('.npy')])
@@ -80,7 +96,24 @@ class NumpyProgramStateManager(tff.program.ProgramStateManager):
         np.save(f, np.asarray(leaf), allow_pickle=False)
         f.flush()
         os.fsync(f.fileno())
+    with open(os.path.join(temporary, _FORMAT_FILE), 'w') as f:
+      json.dump({'format': FORMAT}, f)
+      f.flush()
+      os.fsync(f.fileno())
     shutil.rmtree(final, ignore_errors=True)
     os.rename(temporary, final)
     for old in (await self.get_versions())[:-self._keep_total]:
       shutil.rmtree(self._path(old), ignore_errors=True)
+
+
+def _read_format(path: str) -> int:
+  """The format of the checkpoint at `path` (1 if it has no format.json)."""
+  try:
+    with open(os.path.join(path, _FORMAT_FILE)) as f:
+      return int(json.load(f)['format'])
+  except FileNotFoundError:
+    return 1
+  except (ValueError, KeyError, TypeError) as error:
+    raise ValueError(
+        f'Checkpoint {path} has an unreadable {_FORMAT_FILE} ({error}).'
+    ) from None

@@ -1,6 +1,5 @@
 import asyncio
 import collections
-import os
 
 import numpy as np
 import pytest
@@ -58,3 +57,17 @@ def test_a_checkpoint_of_another_structure_is_refused_clearly(tmp_path):
   other = collections.OrderedDict(next_round=np.int64(0))
   with pytest.raises(ValueError, match='different method'):
     asyncio.run(manager.load_latest(other))
+
+
+def test_a_checkpoint_of_the_format_before_the_refactor_is_refused(tmp_path):
+  manager = numpy_program_state.NumpyProgramStateManager(str(tmp_path))
+  asyncio.run(manager.save(_state(1, 1.0), 1))
+  version_dir = tmp_path / 'program_state_1'
+  assert (version_dir / 'format.json').read_text() == '{"format": 2}'
+  # Format 1 wrote no format.json: such a checkpoint names the commit
+  # that can still resume it.
+  (version_dir / 'format.json').unlink()
+  with pytest.raises(ValueError, match='format 1') as error:
+    asyncio.run(manager.load_latest(_state(0, 0.0)))
+  assert '19023d5' in str(error.value)
+  assert 'new --root_dir' in str(error.value)

@@ -3,7 +3,7 @@ r"""Most-popular baseline on HeteFedRec's protocol (reference point, no training
 Scores every item by its number of training interactions and ranks each
 user's non-training items by that score: the same random split, tiers and
 full-ranking Recall@20 / NDCG@20 as the tiered methods
-(`hetero_training_loop`), overall and per tier. A federated model that does
+(`tasks.random_split`), overall and per tier. A federated model that does
 not beat this has learned item popularity and nothing personal.
 
   python -m tff_fedrec.programs.popularity --dataset=ml-1m
@@ -11,14 +11,15 @@ not beat this has learned item popularity and nothing personal.
 
 from absl import app
 
-from tff_fedrec.programs import hetero_training_loop
 from tff_fedrec.programs import random_split_flags
+from tff_fedrec.tasks import random_split
 
 
 def main(argv):
   del argv
-  result = hetero_training_loop.popularity_metrics(
-      random_split_flags.load_split(), random_split_flags.tier_ratio()
+  data = random_split_flags.load_split()
+  result = random_split.popularity_metrics(
+      data, random_split_flags.user_tiers(data)
   )
   print(f'most popular on {random_split_flags.DATASET.value}: Recall@20 '
         f'{result["recall@20"]:.5f}  NDCG@20 {result["ndcg@20"]:.5f}')

@@ -7,6 +7,9 @@ live here once, so the two programs cannot drift apart in what they load.
 """
 
 from absl import flags
+import numpy as np
+
+from tff_fedrec import tiers
 
 from tff_fedrec.tasks import datasets
 from tff_fedrec.tasks import preprocessing
@@ -29,5 +32,9 @@ def load_split() -> preprocessing.RandomSplitData:
   )
 
 
-def tier_ratio() -> tuple[float, ...]:
-  return tuple(float(share) for share in TIER_RATIO.value)
+def user_tiers(data: preprocessing.RandomSplitData):
+  """Each user's tier: the tier policy of the tiered methods (`tiers.
+  ByInteractions`) with --tier_ratio."""
+  return tiers.ByInteractions(
+      tuple(float(share) for share in TIER_RATIO.value)
+  ).assign(np.diff(data.train_offsets))

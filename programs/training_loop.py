@@ -1,17 +1,21 @@
-"""Program logic: federated training rounds with checkpoints and releases.
+"""Program logic: the one training loop of every method and protocol.
 
 Per round r (0-based):
-  1. sample the round's clients and draw their training negatives with an RNG
-     seeded by (seed, r), so a resumed run draws exactly what an uninterrupted
-     one would have drawn;
-  2. run `process.next` on the clients' states and data (TFF);
-  3. write the returned client states to the store;
-  4. evaluate every user's own model on validation and test (1 + 99);
-  5. release the metrics (CSV, TensorBoard) and save a checkpoint
-     (server state, client-state store, round, metric history).
+  1. the protocol draws the round's users and examples, seeded by
+     (seed, r), so a resumed run draws exactly what an uninterrupted one
+     would have drawn (`tasks.protocol.Protocol.round_input`);
+  2. the method runs its TFF process on them and writes their new client
+     state to the store (`method.Method.run_round`);
+  3. every `eval_every` rounds (and after the last) the protocol scores
+     every user's own model (`Protocol.evaluate`);
+  4. the round's row (the method's figures, the evaluation, seconds) is
+     released (metrics.csv, TensorBoard), and every `checkpoint_every`
+     rounds (and after the last) the program state is saved: server
+     state, client-state store, next round, history.
 
-The report picks the round with the best validation HR@10 (the latest on ties,
-as the reference code's `>=`) and reports test metrics at that round.
+The summary (summary.json, printed as a table) is the protocol's report
+(`Protocol.summary`), the method's fields (`Method.summary_fields`), and
+the run's cost.
 """
 
 import asyncio
@@ -29,18 +33,9 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_fedrec import atomic_files
-from tff_fedrec import client_state_store
-from tff_fedrec import evaluation
 from tff_fedrec.algorithms import method as method_lib
 from tff_fedrec.programs import numpy_program_state
-from tff_fedrec.tasks import preprocessing
-
-HISTORY_KEYS = (
-    'round', 'train_loss', 'val_hr@10', 'val_ndcg@10', 'test_hr@10',
-    'test_ndcg@10', 'test_auc', 'upload_bytes', 'download_bytes',
-    'dense_upload_bytes', 'dense_download_bytes', 'message_download_bytes',
-    'dense_message_download_bytes', 'train_seconds', 'seconds',
-)
+from tff_fedrec.tasks import protocol as protocol_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,27 +44,24 @@ class LoopConfig:
 
   Attributes:
     rounds: Total communication rounds.
-    clients_per_round: Clients sampled each round (<= number of users).
-    negatives_per_positive: Training negatives per positive, redrawn per round.
-    seed: Seeds client sampling, negatives and shuffling.
     eval_every: Evaluate every this many rounds (and after the last one).
-    checkpoint_every: Save program state every this many rounds.
+    checkpoint_every: Save program state every this many rounds (and after
+      the last one); a killed run resumes from the last save.
     users_per_client: Users one TFF client simulates (`user_groups`).
   """
 
   rounds: int
-  clients_per_round: int
-  negatives_per_positive: int = 4
-  seed: int = 0
   eval_every: int = 1
   checkpoint_every: int = 1
   users_per_client: int = 1
 
   def __post_init__(self):
-    if self.users_per_client < 1:
-      raise ValueError(
-          f'users_per_client must be at least 1; got {self.users_per_client}.'
-      )
+    for name in ('rounds', 'eval_every', 'checkpoint_every',
+                 'users_per_client'):
+      if getattr(self, name) < 1:
+        raise ValueError(
+            f'{name} must be at least 1; got {getattr(self, name)}.'
+        )
 
 
 class TrainingDivergedError(ValueError):
@@ -103,59 +95,6 @@ def raise_if_diverged(
       '--user_learning_rate where the method has them) and run again: the '
       'same --root_dir resumes from that checkpoint, a new one starts over.'
   )
-
-
-def _round_rng(seed: int, round_num: int) -> np.random.Generator:
-  return np.random.default_rng([seed, round_num])
-
-
-def sample_round(
-    data: preprocessing.LeaveOneOutData,
-    config: LoopConfig,
-    round_num: int,
-) -> tuple[
-    np.ndarray, list[collections.OrderedDict], preprocessing.TrainingExamples
-]:
-  """The round's users (sorted), their client data (items, labels, seed)
-  and every user's training examples of the round."""
-  rng = _round_rng(config.seed, round_num)
-  if config.clients_per_round >= data.num_users:
-    users = np.arange(data.num_users)
-  else:
-    users = np.sort(
-        rng.choice(data.num_users, config.clients_per_round, replace=False)
-    )
-  examples = preprocessing.sample_training_examples(
-      train_offsets=data.train_offsets,
-      train_items=data.train_items,
-      interacted_offsets=data.interacted_offsets,
-      interacted_items=data.interacted_items,
-      num_items=data.num_items,
-      negatives_per_positive=config.negatives_per_positive,
-      rng=rng,
-  )
-  client_data = []
-  for user in users:
-    items, labels = preprocessing.user_examples(examples, user)
-    client_data.append(
-        collections.OrderedDict(
-            items=items.astype(np.int32),
-            labels=labels.astype(np.float32),
-            seed=np.array([config.seed, round_num * data.num_users + user],
-                          np.int64),
-        )
-    )
-  return users, client_data, examples
-
-
-def best_round(history: dict[str, list[float]]) -> int:
-  """Index into history of the best validation HR@10 (latest on ties)."""
-  values = history['val_hr@10']
-  best = 0
-  for index, value in enumerate(values):
-    if value >= values[best]:
-      best = index
-  return best
 
 
 def peak_rss_mb(worker_pid: Optional[int]) -> float:
@@ -206,13 +145,6 @@ def checkpoint_manager(
   )
 
 
-def metrics_csv(root_dir: str) -> tff.program.CSVFileReleaseManager:
-  """Per-round metrics released to <root_dir>/metrics.csv."""
-  return tff.program.CSVFileReleaseManager(
-      os.path.join(root_dir, 'metrics.csv'), key_fieldname='round'
-  )
-
-
 def write_summary_json(root_dir: str, summary: dict) -> None:
   """Writes <root_dir>/summary.json atomically (temporary file, rename)."""
   atomic_files.write_atomically(
@@ -221,13 +153,33 @@ def write_summary_json(root_dir: str, summary: dict) -> None:
   )
 
 
+def scalar_fields(row: dict) -> collections.OrderedDict:
+  """The row's numbers for metrics.csv and TensorBoard: top-level floats,
+  and the floats of a nested evaluation (e.g. `test`) as test_<name>;
+  '@' becomes '_at_' (TensorBoard's tag names)."""
+  fields = collections.OrderedDict()
+  for key, value in row.items():
+    if key == 'round':
+      continue
+    if isinstance(value, dict):
+      for name, inner in value.items():
+        if isinstance(inner, (int, float)):
+          fields[f'{key}_{name}'] = inner
+    elif isinstance(value, (int, float)):
+      fields[key] = value
+  return collections.OrderedDict(
+      (key.replace('@', '_at_'), np.float64(value))
+      for key, value in fields.items()
+  )
+
+
 class TrainingRun:
-  """One training run of a `FederatedMethod` on leave-one-out data."""
+  """One training run of a `method.Method` under a `Protocol`."""
 
   def __init__(
       self,
-      method: method_lib.FederatedMethod,
-      data: preprocessing.LeaveOneOutData,
+      method: method_lib.Method,
+      protocol: protocol_lib.Protocol,
       config: LoopConfig,
       root_dir: str,
       *,
@@ -235,8 +187,8 @@ class TrainingRun:
       worker_pid: Optional[int] = None,
       summary_fields: Optional[dict] = None,
   ):
-    self._method = method
-    self._data = data
+    self.method = method
+    self.protocol = protocol
     self._config = config
     self._root_dir = root_dir
     self._log = log
@@ -244,15 +196,15 @@ class TrainingRun:
     self._summary_fields = dict(summary_fields or {})
     os.makedirs(root_dir, exist_ok=True)
     self._state_manager = checkpoint_manager(root_dir)
-    self._csv = metrics_csv(root_dir)
+    self._csv = tff.program.CSVFileReleaseManager(
+        os.path.join(root_dir, 'metrics.csv'), key_fieldname='round'
+    )
     self._tensorboard = tff.program.TensorBoardReleaseManager(
         os.path.join(root_dir, 'tensorboard')
     )
-    self.store = client_state_store.ClientStateStore(
-        data.num_users, method.initial_client_state
-    )
+    self.store = method.initial_store()
     self.server_state = None
-    self.history = {key: [] for key in HISTORY_KEYS}
+    self.history = []
     self.next_round = 0
     self.saved_round = 0
 
@@ -261,15 +213,12 @@ class TrainingRun:
         next_round=np.int64(self.next_round),
         server_state=self.server_state,
         client_states=self.store.to_arrays(),
-        history=collections.OrderedDict(
-            (key.replace('@', '_at_'), np.asarray(values, np.float64))
-            for key, values in self.history.items()
-        ),
+        history=json.dumps(self.history),
     )
 
   def restore_or_initialize(self) -> None:
     """Resumes from the latest checkpoint in root_dir, or starts fresh."""
-    self.server_state = self._method.process.initialize()
+    self.server_state = self.method.process.initialize()
     state, version = asyncio.run(
         self._state_manager.load_latest(self._program_state())
     )
@@ -278,96 +227,51 @@ class TrainingRun:
     self.next_round = self.saved_round = int(state['next_round'])
     self.server_state = state['server_state']
     self.store.load_arrays(state['client_states'])
-    for key in HISTORY_KEYS:
-      self.history[key] = [
-          float(v) for v in state['history'][key.replace('@', '_at_')]
-      ]
+    history = state['history']
+    self.history = json.loads(
+        history.decode() if isinstance(history, bytes) else str(history)
+    )
     self._log(
         f'Resumed from checkpoint {version}: {self.next_round} of '
         f'{self._config.rounds} rounds done.'
     )
 
-  def _evaluate(self, split: str) -> dict[str, float]:
-    positives = getattr(self._data, f'{split}_items')
-    negatives = getattr(self._data, f'{split}_negatives')
-    return evaluation.evaluate_leave_one_out(
-        self._method.spec,
-        self._method.global_parameters(self.server_state),
-        self.store,
-        positives,
-        negatives,
-    )
+  def evaluate(self) -> dict:
+    """The protocol's evaluation of every user's model now."""
+    return self.protocol.evaluate(self.method, self.server_state, self.store)
 
-  def run_round(self, round_num: int) -> dict[str, float]:
+  def run_round(self, round_num: int) -> dict:
     start = time.perf_counter()
-    users, client_data, examples = sample_round(
-        self._data, self._config, round_num
-    )
-    result = self._method.run_round(
-        self.server_state, self.store, users, client_data, examples,
+    round_input = self.protocol.round_input(round_num)
+    result = self.method.run_round(
+        self.server_state, self.store, round_input,
         users_per_client=self._config.users_per_client,
     )
-    self.server_state = result.server_state
     raise_if_diverged(
-        round_num, result.train_loss, self.server_state, self.saved_round
+        round_num, result.metrics['train_loss'], result.server_state,
+        self.saved_round,
     )
-    # Methods that compress say what they moved and what the uncompressed
-    # exchange would have; the others send their global parameters whole.
-    download = getattr(result, 'download_bytes', None)
-    if download is None:
-      download = method_lib.parameter_bytes(
-          self._method.initial_parameters, self._method.spec.global_keys
-      ) * len(users)
-    record = {
-        'round': float(round_num),
-        'train_loss': result.train_loss,
-        'upload_bytes': float(result.upload_bytes),
-        'download_bytes': float(download),
-        'dense_upload_bytes': float(
-            getattr(result, 'dense_upload_bytes', result.upload_bytes)
-        ),
-        'dense_download_bytes': float(
-            getattr(result, 'dense_download_bytes', download)
-        ),
-        'message_download_bytes': float(
-            getattr(result, 'message_download_bytes', download)
-        ),
-        'dense_message_download_bytes': float(
-            getattr(result, 'dense_message_download_bytes', download)
-        ),
-        'train_seconds': time.perf_counter() - start,
-    }
+    self.server_state = result.server_state
+    row = {'round': round_num, **result.metrics,
+           'train_seconds': time.perf_counter() - start}
     last = round_num == self._config.rounds - 1
     if last or (round_num + 1) % self._config.eval_every == 0:
-      val = self._evaluate('val')
-      test = self._evaluate('test')
-      record.update({
-          'val_hr@10': val['hr@10'], 'val_ndcg@10': val['ndcg@10'],
-          'test_hr@10': test['hr@10'], 'test_ndcg@10': test['ndcg@10'],
-          'test_auc': test['auc'],
-      })
-    else:
-      record.update({k: float('nan') for k in HISTORY_KEYS[2:7]})
-    record['seconds'] = time.perf_counter() - start
-    return record
+      row.update(self.evaluate())
+    row['seconds'] = time.perf_counter() - start
+    return row
 
-  def _release(self, record: dict[str, float]) -> None:
-    value = collections.OrderedDict(
-        (k.replace('@', '_at_'), np.float64(v)) for k, v in record.items()
-        if k != 'round'
-    )
-    key = int(record['round'])
-    asyncio.run(self._csv.release(value, key=key))
-    asyncio.run(self._tensorboard.release(value, key=key))
+  def _release(self, row: dict) -> None:
+    value = scalar_fields(row)
+    asyncio.run(self._csv.release(value, key=row['round']))
+    asyncio.run(self._tensorboard.release(value, key=row['round']))
 
   def train(self) -> dict:
     """Runs the remaining rounds; returns the summary (also summary.json)."""
     self.restore_or_initialize()
     for round_num in range(self.next_round, self._config.rounds):
-      record = self.run_round(round_num)
-      for key in HISTORY_KEYS:
-        self.history[key].append(record[key])
-      self._release(record)
+      row = self.run_round(round_num)
+      self.history.append(row)
+      self._release(row)
       self.next_round = round_num + 1
       if (
           self.next_round % self._config.checkpoint_every == 0
@@ -378,80 +282,39 @@ class TrainingRun:
         )
         self.saved_round = self.next_round
         run_peak_rss_mb(self._root_dir, self._worker_pid)
-      self._log(self._progress_line(record))
+      self._log(self._progress_line(row))
     return self.write_summary()
 
-  def _progress_line(self, record: dict[str, float]) -> str:
-    seconds = statistics.median(self.history['seconds'])
+  def _progress_line(self, row: dict) -> str:
+    seconds = statistics.median(r['seconds'] for r in self.history)
     remaining = (self._config.rounds - self.next_round) * seconds
+    evaluation = self.protocol.progress(row)
     return (
-        f'round {int(record["round"]) + 1:4d}/{self._config.rounds}  '
-        f'loss {record["train_loss"]:.4f}  '
-        f'val HR@10 {record["val_hr@10"]:.4f}  '
-        f'NDCG@10 {record["val_ndcg@10"]:.4f}  '
-        f'{record["seconds"]:.2f}s (train {record["train_seconds"]:.2f}s)  '
+        f'round {row["round"] + 1:4d}/{self._config.rounds}  '
+        f'loss {row["train_loss"]:.4f}  '
+        + (f'{evaluation}  ' if evaluation else '')
+        + f'{row["seconds"]:.2f}s (train {row["train_seconds"]:.2f}s)  '
         f'ETA {remaining:.0f}s'
     )
 
   def summary(self) -> dict:
-    evaluated = [
-        i for i, v in enumerate(self.history['val_hr@10']) if not np.isnan(v)
-    ]
-    history = {k: [self.history[k][i] for i in evaluated] for k in HISTORY_KEYS}
-    best = best_round(history)
     return {
         **self._summary_fields,
         'rounds_completed': self.next_round,
-        'best_round': int(history['round'][best]) + 1,
-        'selection': 'test metrics at the round with the best validation HR@10',
-        'validation': {
-            'hr@10': history['val_hr@10'][best],
-            'ndcg@10': history['val_ndcg@10'][best],
-        },
-        'test': {
-            'hr@10': history['test_hr@10'][best],
-            'ndcg@10': history['test_ndcg@10'][best],
-            'auc': history['test_auc'][best],
-        },
-        'final_round_test': {
-            'hr@10': history['test_hr@10'][-1],
-            'ndcg@10': history['test_ndcg@10'][-1],
-        },
-        'seconds_per_round': statistics.median(self.history['seconds']),
+        **self.protocol.summary(self.history),
+        **self.method.summary_fields(
+            self.server_state, self.store, self.history
+        ),
+        'seconds_per_round': statistics.median(
+            row['seconds'] for row in self.history
+        ),
         'train_seconds_per_round': statistics.median(
-            self.history['train_seconds']
+            row['train_seconds'] for row in self.history
         ),
         'peak_rss_mb': run_peak_rss_mb(self._root_dir, self._worker_pid),
-        'client_state_bytes_per_user': self.store.bytes_per_user(),
-        'bytes_per_round': self.bytes_per_round(),
-        'measured_compression_rate': self.measured_compression_rate(),
-        'num_users': self._data.num_users,
-        'num_items': self._data.num_items,
+        'num_users': self.protocol.data.num_users,
+        'num_items': self.protocol.data.num_items,
     }
-
-  def bytes_per_round(self) -> dict[str, float]:
-    """Bytes crossing the network per round (median over rounds), as the
-    method's `run_round` measured them. Client state never leaves the
-    device."""
-    return {
-        'download': statistics.median(self.history['download_bytes']),
-        'upload': statistics.median(self.history['upload_bytes']),
-    }
-
-  def measured_compression_rate(self) -> dict[str, float]:
-    """1 - bytes sent / bytes of the uncompressed exchange, over all
-    rounds, each way (0 for methods that do not compress), and for the
-    download also per message applied (`downlink_per_message`: without
-    catch-up and resyncs; nan if no client applied a message)."""
-    rates = {
-        direction: 1.0 - sum(self.history[f'{key}_bytes'])
-        / sum(self.history[f'dense_{key}_bytes'])
-        for direction, key in (('uplink', 'upload'), ('downlink', 'download'),
-                               ('downlink_per_message', 'message_download'))
-        if sum(self.history[f'dense_{key}_bytes'])
-    }
-    rates.setdefault('downlink_per_message', float('nan'))
-    return rates
 
   def write_summary(self) -> dict:
     summary = self.summary()

@@ -1,71 +1,9 @@
 import collections
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from tff_fedrec.programs import training_loop
-from tff_fedrec.tasks import preprocessing
-
-
-def _data(num_users=6, num_items=40, per_user=6):
-  rows = [
-      (f'u{u}', f'i{(u * 7 + k) % num_items}', 5.0, float(k))
-      for u in range(num_users)
-      for k in range(per_user)
-  ]
-  frame = pd.DataFrame(rows, columns=['user', 'item', 'rating', 'timestamp'])
-  indexed = preprocessing.index_interactions(frame)
-  return preprocessing.leave_one_out_split(
-      indexed, num_eval_negatives=5, seed=0
-  )
-
-
-def test_best_round_takes_the_latest_of_equal_validation_hr():
-  # The reference code updates the best round when val_hr >= best so far.
-  history = {'val_hr@10': [0.1, 0.5, 0.3, 0.5, 0.2]}
-  assert training_loop.best_round(history) == 3
-
-
-def test_sample_round_is_a_function_of_seed_and_round():
-  data = _data()
-  config = training_loop.LoopConfig(rounds=3, clients_per_round=4, seed=5)
-  users_a, data_a, _ = training_loop.sample_round(data, config, 1)
-  users_b, data_b, _ = training_loop.sample_round(data, config, 1)
-  users_c, data_c, _ = training_loop.sample_round(data, config, 2)
-  np.testing.assert_array_equal(users_a, users_b)
-  for a, b in zip(data_a, data_b):
-    np.testing.assert_array_equal(a['items'], b['items'])
-  assert len(users_a) == 4 and np.all(np.diff(users_a) > 0)
-  assert not all(
-      np.array_equal(a['items'], c['items']) for a, c in zip(data_a, data_c)
-  ) or not np.array_equal(users_a, users_c)
-
-
-def test_sample_round_gives_each_user_its_positives_and_four_negatives():
-  data = _data()
-  config = training_loop.LoopConfig(rounds=1, clients_per_round=100, seed=0)
-  users, client_data, examples = training_loop.sample_round(data, config, 0)
-  np.testing.assert_array_equal(users, np.arange(data.num_users))
-  for user, example in zip(users, client_data):
-    positives = data.train_items[
-        data.train_offsets[user] : data.train_offsets[user + 1]
-    ]
-    interacted = data.interacted_items[
-        data.interacted_offsets[user] : data.interacted_offsets[user + 1]
-    ]
-    labels = example['labels']
-    assert labels.sum() == positives.size
-    assert labels.size == 5 * positives.size
-    assert sorted(example['items'][labels == 1]) == sorted(positives)
-    assert not np.isin(example['items'][labels == 0], interacted).any()
-    assert example['items'].dtype == np.int32
-    assert example['seed'].shape == (2,)
-    # The client data is the user's segment of the round's examples.
-    np.testing.assert_array_equal(
-        example['items'],
-        examples.items[examples.offsets[user]:examples.offsets[user + 1]],
-    )
 
 
 def test_a_finite_round_passes_the_divergence_check():
@@ -114,3 +52,16 @@ def test_run_peak_rss_keeps_the_largest_peak_of_every_process(tmp_path):
   peak_file.write_text('not a number')
   assert training_loop.run_peak_rss_mb(str(tmp_path), None) < 100 * own_peak
   assert float(peak_file.read_text()) > 0
+
+
+def test_scalar_fields_flatten_one_level_for_the_csv():
+  row = {'round': 3, 'train_loss': 0.5, 'test': {'recall@20': 0.25,
+         'per_tier': {'small': {}}}, 'name': 'x'}
+  fields = training_loop.scalar_fields(row)
+  assert list(fields) == ['train_loss', 'test_recall_at_20']
+  assert fields['test_recall_at_20'] == 0.25
+
+
+def test_loop_config_refuses_zero():
+  with pytest.raises(ValueError, match='checkpoint_every must be at least 1'):
+    training_loop.LoopConfig(rounds=2, checkpoint_every=0)

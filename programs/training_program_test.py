@@ -53,7 +53,7 @@ def _exit_status_and_stderr(args, tmp_path):
          '--local_validation_fraction must be in [0, 1)'),
         (['--method=pfedrec', '--dataset=synthetic',
           '--change_aggregation=mean'],
-         '--change_aggregation applies to the tiered methods'),
+         '--change_aggregation does not apply to --method=pfedrec'),
         (['--method=hetefedrec', '--dataset=synthetic',
           '--local_batch_size=64'],
          '--local_batch_size needs --update_rule=local_adam'),
@@ -62,24 +62,42 @@ def _exit_status_and_stderr(args, tmp_path):
          '--local_batch_size must be >= 0'),
         (['--method=pfedrec', '--dataset=synthetic',
           '--training_negatives=once'],
-         '--training_negatives applies to the tiered methods'),
+         '--training_negatives does not apply to --method=pfedrec: it sets the 80/20 random-split protocol'),
         (['--method=standalone', '--dataset=synthetic',
           '--update_rule=local_adam'],
-         '--update_rule=local_adam does not apply to --method=standalone'),
+         '--update_rule does not apply to --method=standalone'),
         (['--method=pfedrec', '--dataset=synthetic',
           '--update_rule=local_adam'],
-         '--update_rule applies to the tiered methods'),
+         '--update_rule does not apply to --method=pfedrec: it sets HeteFedRec\'s training rule'),
         (['--method=fedras', '--dataset=synthetic', '--nodual_task'],
-         '--dual_task applies to the tiered methods'),
+         '--dual_task does not apply to --method=fedras'),
         (['--method=all_small', '--dataset=synthetic', '--embedding_dim=16'],
          '--embedding_dim does not apply to --method=all_small'),
         (['--method=topk', '--dataset=synthetic',
           '--tier_compression_rates=0.9,0.8,0.5'], 'fedras only'),
         (['--method=fedras', '--dataset=synthetic',
-          '--tier_compression_rates=0.9,0.8'], 'needs 3 rates'),
+          '--tier_compression_rates=0.9,0.8'], '--tier_compression_rates takes 3 comma-separated rates'),
         (['--method=fedras', '--dataset=synthetic',
           '--tier_compression_rates=0.9,0.8,0.5',
           '--compression_rate_range=0.5,0.9'], 'give one of them'),
+        (['--method=fedras', '--dataset=synthetic', '--exchange=topk'],
+         '--exchange does not apply to --method=fedras'),
+        (['--method=pfedrec', '--dataset=synthetic', '--exchange=fedras',
+          '--ldp_noise_scale=0.1'],
+         '--ldp_noise_scale applies to --exchange=broadcast only'),
+        (['--method=pfedrec', '--dataset=synthetic',
+          '--compression_rate=0.5'],
+         '--compression_rate needs a compressed exchange'),
+        (['--method=fedmf', '--dataset=synthetic', '--exchange=svd',
+          '--alpha=0.3'], '--alpha applies to fedras only'),
+        (['--method=pfedrec', '--dataset=synthetic', '--tier_ratio=1,1,1'],
+         '--tier_ratio sets tiers here only for --tier_compression_rates'),
+        (['--method=pfedrec', '--dataset=synthetic', '--ldp_noise_scale=-1'],
+         '--ldp_noise_scale must be >= 0'),
+        (['--method=fedncf', '--dataset=synthetic', '--hidden_units=abc'],
+         '--hidden_units takes comma-separated positive integers'),
+        (['--method=fedrecon', '--dataset=synthetic', '--exchange=fedras'],
+         '--exchange does not apply to --method=fedrecon'),
         (['--method=pfedrec', '--dataset=synthetic', '--executor=remote'],
          '--workers=HOST:PORT'),
         (['--method=pfedrec', '--dataset=synthetic', '--executor=remote',
@@ -95,6 +113,24 @@ def test_bad_flags_exit_with_status_2_naming_the_problem(
   assert status == 2
   assert message in stderr
   assert not (tmp_path / 'run').exists()
+
+
+def test_a_user_with_too_few_interactions_names_the_file_and_the_flag(
+    tmp_path
+):
+  path = tmp_path / 'ratings.csv'
+  # Users a and b have 4 interactions, c only 2: leave-one-out needs 3.
+  path.write_text(''.join(
+      f'{user},{item},1,{t}\n'
+      for t, (user, item) in enumerate(
+          [('a', 1), ('a', 2), ('a', 3), ('a', 4), ('b', 1), ('b', 2),
+           ('b', 3), ('b', 4), ('c', 1), ('c', 2)])))
+  status, stderr = _exit_status_and_stderr(
+      ['--method=pfedrec', f'--data_path={path}', '--num_eval_negatives=1'],
+      tmp_path)
+  assert status == 2
+  assert str(path) in stderr and "user 'c' has 2" in stderr
+  assert '--min_interactions=3' in stderr
 
 
 def test_malformed_data_file_names_the_file_and_line(tmp_path):

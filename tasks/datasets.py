@@ -9,11 +9,13 @@ leave-one-out by timestamp, 99 sampled negatives each for validation and test
 - `file`: any local `user,item,rating,timestamp` file (`--data_path`).
 """
 
+import contextlib
 import dataclasses
 from typing import Optional
 
 import pandas as pd
 
+from tff_fedrec.tasks import errors
 from tff_fedrec.tasks import interactions_file
 from tff_fedrec.tasks import movielens
 from tff_fedrec.tasks import preprocessing
@@ -32,7 +34,8 @@ class DataConfig:
     dataset: One of `DATASETS`.
     data_path: A local interactions file. With `dataset='file'` it is the
       data; with a MovieLens name it replaces the download.
-    separator: Field separator of a local file.
+    separator: Field separator of a local file; None means the source's
+      own (',' for a plain file, MovieLens' tab for a MovieLens copy).
     header: True / False / 'auto' for a local file's header line.
     cache_dir: Download cache for MovieLens (None: the default).
     synthetic_users, synthetic_items, synthetic_mean_interactions: Size of
@@ -43,7 +46,7 @@ class DataConfig:
 
   dataset: str = 'ml-100k'
   data_path: Optional[str] = None
-  separator: str = ','
+  separator: Optional[str] = None
   header: object = 'auto'
   cache_dir: Optional[str] = None
   synthetic_users: int = 200
@@ -63,7 +66,8 @@ def load_interactions(config: DataConfig) -> pd.DataFrame:
     if not config.data_path:
       raise ValueError('--dataset=file needs --data_path=FILE.')
     return interactions_file.load_interactions_file(
-        config.data_path, separator=config.separator, header=config.header
+        config.data_path, separator=config.separator or ',',
+        header=config.header,
     )
   if config.dataset == 'synthetic':
     return synthetic.generate_interactions(
@@ -73,21 +77,43 @@ def load_interactions(config: DataConfig) -> pd.DataFrame:
         seed=config.seed,
     )
   return movielens.load_movielens(
-      config.dataset, cache_dir=config.cache_dir, data_path=config.data_path
+      config.dataset, cache_dir=config.cache_dir, data_path=config.data_path,
+      separator=config.separator, header=config.header,
   )
+
+
+def _source(config: DataConfig) -> str:
+  """What the data came from, for messages."""
+  if config.data_path:
+    return config.data_path
+  return f'--dataset={config.dataset}'
+
+
+@contextlib.contextmanager
+def _naming_the_source(config: DataConfig):
+  """Prefixes a `DataFormatError` of the split with the data's source."""
+  try:
+    yield
+  except errors.DataFormatError as error:
+    message = str(error)
+    if message.startswith(_source(config)):
+      raise
+    raise errors.DataFormatError(f'{_source(config)}: {message}') from None
 
 
 def load_leave_one_out(
     config: DataConfig, *, num_eval_negatives: int = 99
 ) -> preprocessing.LeaveOneOutData:
   """Loads `config`'s data and splits it leave-one-out (PFedRec Sec. 6.1)."""
-  indexed = preprocessing.index_interactions(
-      load_interactions(config),
-      min_interactions_per_user=config.min_interactions_per_user,
-  )
-  return preprocessing.leave_one_out_split(
-      indexed, num_eval_negatives=num_eval_negatives, seed=config.seed
-  )
+  interactions = load_interactions(config)
+  with _naming_the_source(config):
+    indexed = preprocessing.index_interactions(
+        interactions,
+        min_interactions_per_user=config.min_interactions_per_user,
+    )
+    return preprocessing.leave_one_out_split(
+        indexed, num_eval_negatives=num_eval_negatives, seed=config.seed
+    )
 
 
 def load_random_split(
@@ -95,10 +121,12 @@ def load_random_split(
 ) -> preprocessing.RandomSplitData:
   """Loads `config`'s data and splits each user's interactions at random,
   80/20 by default (HeteFedRec Sec. V.A)."""
-  indexed = preprocessing.index_interactions(
-      load_interactions(config),
-      min_interactions_per_user=config.min_interactions_per_user,
-  )
-  return preprocessing.random_split(
-      indexed, train_fraction=train_fraction, seed=config.seed
-  )
+  interactions = load_interactions(config)
+  with _naming_the_source(config):
+    indexed = preprocessing.index_interactions(
+        interactions,
+        min_interactions_per_user=config.min_interactions_per_user,
+    )
+    return preprocessing.random_split(
+        indexed, train_fraction=train_fraction, seed=config.seed
+    )

@@ -62,3 +62,19 @@ def test_file_dataset_without_path_and_unknown_dataset_are_errors(tmp_path):
             dataset='file', data_path=str(tmp_path / 'missing.csv')
         )
     )
+
+
+def test_separator_applies_to_a_local_movielens_copy(tmp_path):
+  # A local ML-100K copy with '::' fields (ML-1M's own format).
+  path = tmp_path / 'ml.dat'
+  path.write_text(''.join(
+      f'{user}::{item}::1::{t}\n'
+      for t, (user, item) in enumerate(
+          (u, i) for u in range(3) for i in range(4))))
+  frame = datasets.load_interactions(datasets.DataConfig(
+      dataset='ml-100k', data_path=str(path), separator='::'))
+  assert len(frame) == 12 and set(frame['user']) == {'0', '1', '2'}
+  # Without it, MovieLens' tab applies and the file is refused by name.
+  with pytest.raises(errors.DataFormatError, match='ml.dat'):
+    datasets.load_interactions(datasets.DataConfig(
+        dataset='ml-100k', data_path=str(path)))

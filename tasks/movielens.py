@@ -145,6 +145,8 @@ def load_movielens(
     *,
     cache_dir: str | os.PathLike | None = None,
     data_path: str | os.PathLike | None = None,
+    separator: str | None = None,
+    header: bool | str = 'auto',
 ) -> pd.DataFrame:
   """Loads a MovieLens data set as user/item/rating/timestamp rows.
 
@@ -152,8 +154,10 @@ def load_movielens(
     name: a key of MOVIELENS_SOURCES ('ml-100k' or 'ml-1m').
     cache_dir: where fetched files are kept; None means
       `default_cache_dir()`.
-    data_path: a local tab-separated copy of the file (header optional);
-      when given nothing is fetched.
+    data_path: a local copy of the file; when given nothing is fetched.
+    separator: the local copy's field separator; None means MovieLens'
+      own (a tab, as in the RecBole files).
+    header: the local copy's header line (True / False / 'auto').
 
   Returns:
     The DataFrame of `interactions_file.load_interactions_file`: N rows,
@@ -165,7 +169,7 @@ def load_movielens(
         name, cache_dir=default_cache_dir() if cache_dir is None else cache_dir
     )
   return interactions_file.load_interactions_file(
-      data_path, separator=SEPARATOR, header='auto'
+      data_path, separator=separator or SEPARATOR, header=header
   )
 
 

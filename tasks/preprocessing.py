@@ -239,9 +239,11 @@ def leave_one_out_split(
     raise errors.DataFormatError(
         f'user {indexed.user_ids[user]!r} interacted with {counts[user]} '
         f'of {indexed.num_items} items, leaving {never_interacted[user]} '
-        f'never-interacted items, but 2 * num_eval_negatives = {needed} '
-        'distinct evaluation negatives are needed. Lower '
-        'num_eval_negatives or drop such users.'
+        f'never-interacted items, but 2 x {num_eval_negatives} distinct '
+        'evaluation negatives are needed (--num_eval_negatives, for the '
+        'validation and the test item). Lower --num_eval_negatives to at '
+        f'most {never_interacted.min() // 2}, or use a data set with more '
+        'items per user.'
     )
   negatives = _sample_distinct_negatives(
       interacted_offsets,
@@ -451,8 +453,9 @@ def _check_min_count(
     user = int(np.argmax(counts < minimum))
     raise errors.DataFormatError(
         f'user {indexed.user_ids[user]!r} has {counts[user]} '
-        f'interaction(s), but {reason}. Pass min_interactions_per_user='
-        f'{minimum} (or more) to index_interactions to drop such users.'
+        f'interaction(s), but {reason}. Drop such users with '
+        f'--min_interactions={minimum} (min_interactions_per_user in '
+        '`datasets.DataConfig` or `index_interactions`).'
     )
 
 

@@ -189,7 +189,7 @@ def test_leave_one_out_rejects_users_with_fewer_than_three():
 
   with pytest.raises(
       errors.DataFormatError,
-      match=r"user '1m_7' has 2 .*min_interactions_per_user=3",
+      match=r"user '1m_7' has 2 .*--min_interactions=3",
   ):
     preprocessing.leave_one_out_split(indexed, num_eval_negatives=0)
 
@@ -199,7 +199,7 @@ def test_leave_one_out_rejects_users_without_enough_negatives():
   with pytest.raises(
       errors.DataFormatError,
       match=r"user 'a' interacted with 4 of 5 items, "
-      r'leaving 1 .* 2 \* num_eval_negatives = 2',
+      r'leaving 1 .* 2 x 1 distinct .* at most 0',
   ):
     preprocessing.leave_one_out_split(
         preprocessing.index_interactions(_frame(_TIES)), num_eval_negatives=1
@@ -310,7 +310,7 @@ def test_random_split_rejects_users_with_one_interaction():
 
   with pytest.raises(
       errors.DataFormatError,
-      match=r"user 'lonely' has 1 .*min_interactions_per_user=2",
+      match=r"user 'lonely' has 1 .*--min_interactions=2",
   ):
     preprocessing.random_split(indexed)
 

@@ -36,7 +36,26 @@ def test_preset_flags_parse(path):
       name, value = name[2:], 'false'
     assert name in flags.FLAGS, f'{path}: unknown flag --{name}'
     values[name] = flags.FLAGS[name].parser.parse(value or 'true')
-  assert values['method'] in registry.ALL_METHODS
+  assert values['method'] in registry.METHODS
   method, dataset = os.path.basename(path)[: -len('.flags')].rsplit('_', 1)
   assert values['method'] == method
   assert values['dataset'].replace('-', '') == dataset
+
+
+@pytest.mark.parametrize('path', _PRESETS, ids=os.path.basename)
+def test_preset_flags_are_all_taken_by_its_method(path):
+  """The program refuses a flag of a group the method does not take, so a
+  preset may name only flags of the method's groups."""
+  entry = registry.get(os.path.basename(path).rsplit('_', 1)[0])
+  taken = {*training_program.COMMON_GROUPS, entry.protocol,
+           *entry.flag_groups}
+  group_of = {
+      holder.name: name
+      for name, group in training_program.GROUPS.items()
+      for holder in group.holders
+  }
+  for argument in _arguments(path):
+    name = argument[2:].partition('=')[0]
+    if name not in group_of and name.startswith('no'):
+      name = name[2:]
+    assert group_of[name] in taken, f'{path}: --{name} is refused'

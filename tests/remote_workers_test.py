@@ -27,8 +27,8 @@ _PFEDREC = [
     '--synthetic_items=600', '--embedding_dim=8', '--item_learning_rate=50',
     '--users_per_tff_client=8',
 ]
-_HETEFEDREC = [
-    '--method=hetefedrec', '--dataset=synthetic', '--synthetic_users=60',
+_TIERED = [
+    '--method=all_small', '--dataset=synthetic', '--synthetic_users=60',
     '--synthetic_items=200', '--clients_per_round=30', '--tier_widths=2,4,8',
     '--users_per_tff_client=8', '--eval_every=1',
 ]
@@ -103,8 +103,8 @@ def _leaves(tree, prefix=''):
   return {prefix.rstrip('/'): tree}
 
 
-@pytest.mark.parametrize('args', [_PFEDREC, _HETEFEDREC],
-                         ids=['pfedrec', 'hetefedrec'])
+@pytest.mark.parametrize('args', [_PFEDREC, _TIERED],
+                         ids=['pfedrec', 'tiered'])
 def test_two_remote_workers_give_the_results_of_the_local_run(
     tmp_path, workers, args
 ):

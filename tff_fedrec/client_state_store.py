@@ -2,19 +2,33 @@
 
 A TFF `IterativeProcess` is stateless about clients: the program passes each
 sampled client's state into `next` and writes the returned state back here.
+Every method keeps its users' state in one of these.
 
 Layout (memory per user, see `bytes_per_user`):
-- local parameters (score function, user embedding): one numpy array per leaf,
-  stacked over users, [num_users, ...];
-- personal item rows (dual personalization): per user, the ids [T_u] and rows
-  [T_u, d] of the item embedding rows the user fine-tuned in its last round.
+- local state: the users are divided into partitions (one for all users,
+  or e.g. one per tier when tiers keep models of different sizes); within
+  a partition every user's local state has the same structure and shapes,
+  and each leaf is one numpy array stacked over the partition's users,
+  [n_p, ...];
+- personal item rows (dual personalization; kept when the store is made
+  with an embedding width): per user, the ids [T_u] and rows [T_u, d] of
+  the item embedding rows the user fine-tuned in its last round.
 
-`to_arrays` / `from_arrays` pack everything into flat numpy arrays (CSR for
-the personal rows) for checkpointing.
+A round's group of users (`templates.user_groups`) always lies in one
+partition. `to_arrays` / `load_arrays` pack everything into flat numpy
+arrays (CSR for the personal rows) for checkpointing.
+
+Example (two users, one 2-wide user embedding each, no personal rows):
+  >>> store = ClientStateStore.from_partitions(2, [
+  ...     (np.arange(2), {'user': np.zeros([2, 2], np.float32)})])
+  >>> store.put_local_parameters(np.array([1]), {'user': np.ones([1, 2])})
+  >>> store.stacked_local_parameters(np.array([0, 1]))['user']
+  array([[0., 0.], [1., 1.]], dtype=float32)
 """
 
 import collections
 from collections.abc import Sequence
+from typing import Optional
 
 import numpy as np
 import tensorflow as tf
@@ -23,28 +37,86 @@ import tensorflow as tf
 class ClientStateStore:
   """Client states of `num_users` users, all starting at `initial_state`.
 
-  `initial_state` is an `OrderedDict(local_parameters=..., personal_item_ids=
-  int32[0], personal_item_rows=float32[0, d])` as made by
-  `partially_local.initial_client_state`.
+  `initial_state` is one user's `OrderedDict(local_parameters=...,
+  personal_item_ids=int32[0], personal_item_rows=float32[0, d])` (as
+  `local_item_training.initial_client_state` makes it): one partition, with
+  personal rows of width d. `from_partitions` makes any other layout.
   """
 
   def __init__(self, num_users: int, initial_state: collections.OrderedDict):
+    local = initial_state['local_parameters']
+    self._init(
+        num_users,
+        [(np.arange(num_users),
+          tf.nest.map_structure(
+              lambda leaf: np.repeat(np.asarray(leaf)[None], num_users,
+                                     axis=0),
+              local,
+          ))],
+        np.asarray(initial_state['personal_item_rows']).shape[1],
+    )
+
+  @classmethod
+  def from_partitions(
+      cls,
+      num_users: int,
+      partitions: Sequence[tuple[np.ndarray, object]],
+      embedding_dim: Optional[int] = None,
+  ) -> 'ClientStateStore':
+    """A store whose partition p holds users `partitions[p][0]` (int
+    [n_p], together every user once) with initial local states
+    `partitions[p][1]` (a structure of arrays [n_p, ...], in that user
+    order); personal rows of width `embedding_dim`, or none if None."""
+    store = cls.__new__(cls)
+    store._init(num_users, partitions, embedding_dim)
+    return store
+
+  def _init(self, num_users, partitions, embedding_dim):
     self._num_users = num_users
-    self._local_structure = initial_state['local_parameters']
-    self._local_leaves = [
-        np.repeat(np.asarray(leaf)[None], num_users, axis=0)
-        for leaf in tf.nest.flatten(self._local_structure)
-    ]
-    self._embedding_dim = np.asarray(initial_state['personal_item_rows']).shape[1]
+    self._partition_of = np.full([num_users], -1, np.int64)
+    self._position = np.zeros([num_users], np.int64)
+    self._structures, self._leaves = [], []
+    for index, (users, local) in enumerate(partitions):
+      users = np.asarray(users, np.int64)
+      if np.any(self._partition_of[users] >= 0):
+        raise ValueError('A user lies in two partitions.')
+      self._partition_of[users] = index
+      self._position[users] = np.arange(users.size)
+      leaves = [np.array(leaf) for leaf in tf.nest.flatten(local)]
+      if any(leaf.shape[:1] != (users.size,) for leaf in leaves):
+        raise ValueError(
+            f'Partition {index}: every leaf needs a leading dimension of '
+            f'{users.size} users.'
+        )
+      self._structures.append(local)
+      self._leaves.append(leaves)
+    if np.any(self._partition_of < 0):
+      raise ValueError('Every user must lie in a partition.')
+    self._embedding_dim = embedding_dim
+    dim = embedding_dim or 0
     self._personal_ids = [np.zeros([0], np.int32)] * num_users
-    self._personal_rows = [
-        np.zeros([0, self._embedding_dim], np.float32)
-    ] * num_users
+    self._personal_rows = [np.zeros([0, dim], np.float32)] * num_users
     self._row_index = None
 
   @property
   def num_users(self) -> int:
     return self._num_users
+
+  @property
+  def keeps_personal_rows(self) -> bool:
+    return self._embedding_dim is not None
+
+  def _partition(self, users) -> tuple[int, np.ndarray]:
+    """(the partition of `users`, their positions in it)."""
+    users = np.asarray(users, np.int64)
+    partitions = np.unique(self._partition_of[users])
+    if partitions.size > 1:
+      raise ValueError(
+          f'Users {users.tolist()} lie in {partitions.size} partitions; a '
+          'group must lie in one.'
+      )
+    partition = int(partitions[0]) if partitions.size else 0
+    return partition, self._position[users]
 
   def get(self, users: Sequence[int]) -> list[collections.OrderedDict]:
     """The client states of `users`, in order (local parameters and rows)."""
@@ -58,21 +130,31 @@ class ClientStateStore:
     ]
 
   def local_parameters(self, users: Sequence[int]) -> list:
-    """The local parameters of `users`, in order: the input of `next`."""
+    """The local state of each of `users`, in order."""
+    users = np.asarray(users, np.int64)
     return [
         tf.nest.pack_sequence_as(
-            self._local_structure, [leaf[user] for leaf in self._local_leaves]
+            self._structures[partition],
+            [leaf[position] for leaf in self._leaves[partition]],
         )
-        for user in users
+        for partition, position in zip(
+            self._partition_of[users], self._position[users]
+        )
     ]
 
   def put(self, users: Sequence[int], states: Sequence) -> None:
-    """Stores the states returned by a round for `users` (same order)."""
-    for user, state in zip(users, states, strict=True):
+    """Stores the states returned by a round for `users` (same order):
+    `OrderedDict(local_parameters, personal_item_ids, personal_item_rows)`
+    each."""
+    users = np.asarray(users, np.int64)
+    for user, partition, position, state in zip(
+        users, self._partition_of[users], self._position[users], states,
+        strict=True,
+    ):
       for leaf_store, leaf in zip(
-          self._local_leaves, tf.nest.flatten(state['local_parameters'])
+          self._leaves[partition], tf.nest.flatten(state['local_parameters'])
       ):
-        leaf_store[user] = leaf
+        leaf_store[position] = leaf
       self._personal_ids[user] = np.asarray(
           state['personal_item_ids'], np.int32
       )
@@ -81,17 +163,46 @@ class ClientStateStore:
       )
     self._row_index = None
 
+  def put_group(self, users: np.ndarray, group_state, num_rows) -> None:
+    """Stores a group's state as a process returned it: with personal rows
+    `OrderedDict(local_parameters [U, ...], personal_item_ids [U, T],
+    personal_item_rows [U, T, d])`, of which user u keeps its first
+    num_rows[u] rows; without, the local state [U, ...] alone."""
+    if not self.keeps_personal_rows:
+      self.put_local_parameters(users, group_state)
+      return
+    ids = np.asarray(group_state['personal_item_ids'])
+    rows = np.asarray(group_state['personal_item_rows'])
+    local = tf.nest.map_structure(np.asarray, group_state['local_parameters'])
+    states = []
+    for index, count in enumerate(np.asarray(num_rows)):
+      count = min(int(count), ids.shape[1])
+      states.append(collections.OrderedDict(
+          local_parameters=tf.nest.map_structure(
+              lambda leaf, i=index: leaf[i], local
+          ),
+          personal_item_ids=ids[index, :count],
+          personal_item_rows=rows[index, :count],
+      ))
+    self.put(users, states)
+
   def put_local_parameters(self, users: np.ndarray, stacked) -> None:
-    """Sets the local parameters of `users` from arrays with a leading user
+    """Sets the local state of `users` from arrays with a leading user
     dimension (the inverse of `stacked_local_parameters`); personal rows
     stay as they are."""
-    for leaf_store, leaf in zip(self._local_leaves, tf.nest.flatten(stacked)):
-      leaf_store[users] = leaf
+    partition, positions = self._partition(users)
+    for leaf_store, leaf in zip(
+        self._leaves[partition], tf.nest.flatten(stacked)
+    ):
+      leaf_store[positions] = np.asarray(leaf)
 
   def stacked_local_parameters(self, users: np.ndarray):
-    """Local parameters of `users` with a leading user dimension [U, ...]."""
+    """The local state of `users` (all of one partition) with a leading
+    user dimension [U, ...]."""
+    partition, positions = self._partition(users)
     return tf.nest.pack_sequence_as(
-        self._local_structure, [leaf[users] for leaf in self._local_leaves]
+        self._structures[partition],
+        [leaf[positions] for leaf in self._leaves[partition]],
     )
 
   def _personal_row_index(self, num_items: int):
@@ -100,9 +211,7 @@ class ClientStateStore:
       counts = np.array([ids.size for ids in self._personal_ids], np.int64)
       owner = np.repeat(np.arange(self._num_users, dtype=np.int64), counts)
       keys = owner * num_items + np.concatenate(self._personal_ids)
-      rows = np.concatenate(self._personal_rows).reshape(
-          [-1, self._embedding_dim]
-      )
+      rows = np.concatenate(self._personal_rows)
       order = np.argsort(keys, kind='stable')
       self._row_index = (num_items, keys[order], rows[order])
     return self._row_index[1:]
@@ -127,7 +236,7 @@ class ClientStateStore:
 
   def bytes_per_user(self) -> float:
     """Mean bytes of client state held per user."""
-    total = sum(leaf.nbytes for leaf in self._local_leaves)
+    total = sum(leaf.nbytes for leaves in self._leaves for leaf in leaves)
     total += sum(ids.nbytes for ids in self._personal_ids)
     total += sum(rows.nbytes for rows in self._personal_rows)
     return total / self._num_users
@@ -136,29 +245,27 @@ class ClientStateStore:
     """Flat numpy arrays holding the whole store (for checkpoints)."""
     counts = np.array([ids.size for ids in self._personal_ids], np.int64)
     return collections.OrderedDict(
-        local_leaves=[leaf.copy() for leaf in self._local_leaves],
+        local_leaves=[leaf.copy() for leaves in self._leaves for leaf in leaves],
         personal_offsets=np.concatenate([[0], np.cumsum(counts)]),
         personal_ids=np.concatenate(self._personal_ids),
-        personal_rows=np.concatenate(self._personal_rows).reshape(
-            [-1, self._embedding_dim]
-        ),
+        personal_rows=np.concatenate(self._personal_rows),
     )
 
   def load_arrays(self, arrays) -> None:
     """Restores the store from `to_arrays` output."""
     leaves = [np.asarray(leaf) for leaf in arrays['local_leaves']]
-    if [l.shape for l in leaves] != [l.shape for l in self._local_leaves]:
+    expected = [leaf.shape for partition in self._leaves for leaf in partition]
+    if [leaf.shape for leaf in leaves] != expected:
       raise ValueError(
           'Checkpointed client states do not match this model: local '
-          f'parameter shapes {[l.shape for l in leaves]} vs '
-          f'{[l.shape for l in self._local_leaves]}.'
+          f'state shapes {[leaf.shape for leaf in leaves]} vs {expected}.'
       )
-    self._local_leaves = [leaf.copy() for leaf in leaves]
+    for partition in self._leaves:
+      for index in range(len(partition)):
+        partition[index] = leaves.pop(0).copy()
     offsets = np.asarray(arrays['personal_offsets'])
     ids = np.asarray(arrays['personal_ids'], np.int32)
-    rows = np.asarray(arrays['personal_rows'], np.float32).reshape(
-        [-1, self._embedding_dim]
-    )
+    rows = np.asarray(arrays['personal_rows'], np.float32)
     self._personal_ids = [
         ids[offsets[u] : offsets[u + 1]] for u in range(self._num_users)
     ]

@@ -13,7 +13,7 @@ _NUM_USERS = 4
 
 
 def _initial_state(dim=_DIM):
-  """A score-function client state (as partially_local makes it), by hand."""
+  """A score-function client state (as local_item_training makes it), by hand."""
   return collections.OrderedDict(
       local_parameters=collections.OrderedDict(
           score_layers=[
@@ -310,3 +310,85 @@ def test_load_arrays_rejects_other_shapes(num_users, dim):
 
   with pytest.raises(ValueError, match='do not match'):
     store.load_arrays(other.to_arrays())
+
+
+def test_put_group_keeps_each_users_real_rows():
+  store = client_state_store.ClientStateStore(_NUM_USERS, _initial_state())
+  group_state = collections.OrderedDict(
+      local_parameters=collections.OrderedDict(score_layers=[
+          collections.OrderedDict(
+              kernel=np.stack([np.full([_DIM, 1], 5.0, np.float32),
+                               np.full([_DIM, 1], 7.0, np.float32)]),
+              bias=np.array([[5.0], [7.0]], np.float32),
+          )
+      ]),
+      personal_item_ids=np.array([[3, 1, 4], [2, 0, 0]], np.int32),
+      personal_item_rows=np.arange(12, dtype=np.float32).reshape([2, 3, 2]),
+  )
+
+  # Users 3 and 0, with 3 and 1 real rows; the rest of row 1 is padding.
+  store.put_group(np.array([3, 0]), group_state, num_rows=np.array([3, 1]))
+
+  got_3, got_0 = store.get([3, 0])
+  assert got_3['local_parameters']['score_layers'][0]['bias'][0] == 5.0
+  assert got_0['local_parameters']['score_layers'][0]['bias'][0] == 7.0
+  np.testing.assert_array_equal(got_3['personal_item_ids'], [3, 1, 4])
+  np.testing.assert_array_equal(got_0['personal_item_ids'], [2])
+  np.testing.assert_array_equal(got_0['personal_item_rows'], [[6.0, 7.0]])
+  _assert_states_equal(store.get([1])[0], _initial_state())
+
+
+def _partitioned_store():
+  """Users 0 and 3 keep 2-wide states, users 1 and 2 3-wide ones (two
+  partitions, as tiers of different model sizes), no personal rows."""
+  return client_state_store.ClientStateStore.from_partitions(4, [
+      (np.array([0, 3]), {'w': np.array([[0, 0], [3, 3]], np.float32)}),
+      (np.array([2, 1]), {'w': np.array([[2, 2, 2], [1, 1, 1]], np.float32)}),
+  ])
+
+
+def test_partitions_keep_their_own_shapes():
+  store = _partitioned_store()
+
+  np.testing.assert_array_equal(
+      store.stacked_local_parameters(np.array([3, 0]))['w'], [[3, 3], [0, 0]])
+  np.testing.assert_array_equal(
+      store.stacked_local_parameters(np.array([1, 2]))['w'],
+      [[1, 1, 1], [2, 2, 2]])
+  store.put_group(np.array([1]), {'w': np.array([[9, 9, 9]], np.float32)},
+                  num_rows=np.array([0]))
+  np.testing.assert_array_equal(
+      store.local_parameters([1])[0]['w'], [9, 9, 9])
+  np.testing.assert_array_equal(
+      store.local_parameters([2])[0]['w'], [2, 2, 2])
+  assert not store.keeps_personal_rows
+  # (2 users x 2 + 2 users x 3) float32 over 4 users.
+  assert store.bytes_per_user() == pytest.approx(4 * 10 / 4)
+  with pytest.raises(ValueError, match='2 partitions'):
+    store.stacked_local_parameters(np.array([0, 1]))
+
+
+def test_partitioned_round_trip():
+  store = _partitioned_store()
+  store.put_local_parameters(np.array([3]), {'w': np.array([[8, 8]])})
+  restored = _partitioned_store()
+
+  restored.load_arrays(store.to_arrays())
+
+  for user in range(4):
+    np.testing.assert_array_equal(
+        restored.local_parameters([user])[0]['w'],
+        store.local_parameters([user])[0]['w'],
+    )
+  np.testing.assert_array_equal(restored.local_parameters([3])[0]['w'], [8, 8])
+
+
+def test_from_partitions_rejects_users_missing_or_twice():
+  with pytest.raises(ValueError, match='two partitions'):
+    client_state_store.ClientStateStore.from_partitions(2, [
+        (np.array([0, 1]), {'w': np.zeros([2])}),
+        (np.array([1]), {'w': np.zeros([1])}),
+    ])
+  with pytest.raises(ValueError, match='Every user'):
+    client_state_store.ClientStateStore.from_partitions(
+        3, [(np.array([0, 1]), {'w': np.zeros([2])})])

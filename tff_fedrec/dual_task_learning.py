@@ -148,7 +148,7 @@ def distinct_rows(items, example_mask) -> tuple[tf.Tensor, tf.Tensor]:
   over the [U, T] rows masked to the batch's items (it ignores the order of
   rows), at the cost of the batch's n rows rather than all T of the
   client's: taking all T rows on every batch made HeteFedRec's round on
-  ML-1M take 11.6 s instead of 7.35 s (README, "A fifth reading").
+  ML-1M take 11.6 s instead of 7.35 s (docs/results/hetefedrec.md, "A fifth reading").
   """
   unused = tf.int32.max
   keyed = tf.sort(tf.where(example_mask > 0, items, unused), axis=1)
@@ -301,7 +301,7 @@ def local_adam_changes(
     else:
       # One full-batch step, without a loop around it: tf.foldl over this
       # one step made All Large's round on ML-1M take 1.63 s against
-      # 1.27 s, with 0.9 GB more peak memory (README, "A fifth reading").
+      # 1.27 s, with 0.9 GB more peak memory (docs/results/hetefedrec.md, "A fifth reading").
       params, state, epoch_loss = batch_step(
           (params, state, tf.constant(0.0)),
           (examples.items, examples.labels, examples.example_mask),

@@ -7,6 +7,8 @@ evaluates `client_model_params[user]`. The scoring is batched over users; the
 math is `models.logits_from_vectors`, the same the clients train with.
 """
 
+from typing import Optional
+
 import numpy as np
 import tensorflow as tf
 
@@ -21,18 +23,23 @@ def score_candidates(
     store: client_state_store.ClientStateStore,
     candidates: np.ndarray,
     *,
+    users: Optional[np.ndarray] = None,
     user_batch_size: int = 1024,
 ) -> np.ndarray:
-  """Logits [U, C] of each user's model for its candidate items [U, C]."""
+  """Logits [U, C] of each user's model for its candidate items [U, C];
+  `users` [U] (default: every user of the store, in order)."""
+  if users is None:
+    users = np.arange(candidates.shape[0])
   item_embedding = np.asarray(global_params['item_embedding'])
   shared = {k: v for k, v in global_params.items() if k != 'item_embedding'}
   scores = np.empty(candidates.shape, np.float32)
   for start in range(0, candidates.shape[0], user_batch_size):
-    users = np.arange(start, min(start + user_batch_size, candidates.shape[0]))
+    rows = np.arange(start, min(start + user_batch_size, candidates.shape[0]))
     params = dict(shared)
-    params.update(store.stacked_local_parameters(users))
-    vectors = store.item_vectors(users, candidates[users], item_embedding)
-    scores[users] = models.logits_from_vectors(
+    local = store.stacked_local_parameters(users[rows])
+    params.update((k, local[k]) for k in spec.local_keys)
+    vectors = store.item_vectors(users[rows], candidates[rows], item_embedding)
+    scores[rows] = models.logits_from_vectors(
         spec, params, tf.constant(vectors)
     ).numpy()
   return scores

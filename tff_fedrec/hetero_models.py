@@ -51,7 +51,7 @@ class HeteroSpec:
       constant in training (`tf.stop_gradient`), so items learn as
       candidates only; scores are unchanged. With the 4:1 binary
       cross-entropy of Sec. V.D, training through the neighbour path made
-      Fed-LightGCN rank below random for a while (README, Fed-LightGCN:
+      Fed-LightGCN rank below random for a while (docs/results/hetefedrec.md, Fed-LightGCN:
       measured with and without it).
   """
 

@@ -4,7 +4,7 @@ import tensorflow as tf
 
 from tff_fedrec import information_loss
 from tff_fedrec.aggregators import row_codecs
-from tff_fedrec.algorithms import downlink_codecs
+from tff_fedrec.aggregators import downlink_codecs
 
 
 def test_compression_loss_averages_over_rows_either_side_sends():

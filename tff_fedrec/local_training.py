@@ -11,7 +11,7 @@ and the joint update of the FedMF / FedNCF / FedRecon baselines:
 
 The loss is Eq. (7), the binary cross-entropy, averaged over the batch as the
 reference code's `BCELoss` does. The item embedding has its own learning rate:
-the reference code uses lr * num_items * 80 for it (see the README).
+the reference code uses lr * num_items * 80 for it (docs/methods/pfedrec.md).
 
 Item rows are updated sparsely: only the rows of the batch's items change
 (duplicates accumulate, as PyTorch's embedding gradient does). With

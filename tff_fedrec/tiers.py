@@ -105,3 +105,21 @@ def tier_sizes(tiers: Sequence[int]) -> np.ndarray:
   return np.bincount(
       tiers.astype(np.int64), minlength=len(TIER_NAMES)
   ).astype(np.int64)
+
+
+class ByInteractions:
+  """The tier policy of HeteFedRec: `assign_tiers_by_interactions` in
+  `ratio` (small:medium:large).
+
+  A tier policy has `assign(num_interactions, seed) -> int32 [U]`; the
+  program asks one once per run and hands the result to the method and the
+  protocol, so every part of a run sees the same tiers. RF²'s device
+  classes (a Dirichlet mapping of users to devices) are another policy.
+  """
+
+  def __init__(self, ratio: Sequence[float] = (5, 3, 2)):
+    self.ratio = tuple(float(r) for r in _check_ratio(ratio))
+
+  def assign(self, num_interactions: Sequence[int], seed: int = 0):
+    del seed  # Deterministic: sorted by count, ties in user order.
+    return assign_tiers_by_interactions(num_interactions, self.ratio)

@@ -23,7 +23,7 @@ k or rank picked once for the whole [N, d] table
 spends, on the T_u rows a user uploads, about a third of FedRAS's bytes
 (uplink CR 0.98 against 0.943 on ML-100K at a requested 0.9375).
 
-One TFF client simulates a group of U users (`algorithms/user_groups`), and
+One TFF client simulates a group of U users (`templates/user_groups`), and
 every user is a device with its own message, so a codec works on the group:
 
   rows      float32 [U, T, d]  user u's rows are the first num_rows[u] (the

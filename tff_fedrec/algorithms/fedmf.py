@@ -3,41 +3,38 @@
 User embedding p_u on the client, item embedding q_j aggregated, logit
 <p_u, q_j>, joint local SGD. With `training.dual_personalization` it becomes
 "FedMF w/ DualPer" (Table 3): alternating updates and fine-tuned item rows kept
-on the client for scoring.
+on the client for scoring. Any exchange (`exchanges`) carries the table.
 """
 
-from typing import Optional
-
-import tensorflow_federated as tff
-
 from tff_fedrec import models
-from tff_fedrec.algorithms import _partially_local_method
+from tff_fedrec.algorithms import exchanges
+from tff_fedrec.algorithms import local_item_method
+from tff_fedrec.algorithms import local_item_training
 from tff_fedrec.algorithms import method
-from tff_fedrec.algorithms import partially_local
 
 
 def build_fedmf(
     *,
-    num_items: int,
+    data: method.RunData,
+    seed: int = 0,
     embedding_dim: int = 32,
     hidden_units: tuple[int, ...] = (),
-    training: partially_local.ClientTrainingConfig = partially_local.ClientTrainingConfig(
-        dual_personalization=False
-    ),
-    seed: int = 0,
-    model_aggregator: Optional[tff.aggregators.UnweightedAggregationFactory] = None,
-    item_aggregator: Optional[tff.aggregators.UnweightedAggregationFactory] = None,
-) -> method.FederatedMethod:
+    training: local_item_training.ClientTrainingConfig = (
+        local_item_training.ClientTrainingConfig(dual_personalization=False)),
+    exchange=exchanges.BroadcastOptions(),
+    item_aggregator=None,
+    model_aggregator=None,
+) -> local_item_method.LocalItemMethod:
   """Builds FedMF; MF has no score layers, so `hidden_units` must be empty."""
   if hidden_units:
     raise ValueError('FedMF has no score layers; drop --hidden_units.')
   spec = models.RecommenderSpec(
-      'matrix_factorization', num_items, embedding_dim
+      'matrix_factorization', data.num_items, embedding_dim
   )
-  return _partially_local_method.build_method(
-      spec,
-      training,
-      seed=seed,
+  return local_item_method.build_method(
+      spec, training,
+      exchange.build(num_items=data.num_items, embedding_dim=embedding_dim,
+                     seed=seed, user_tiers=data.user_tiers),
+      data=data, seed=seed, item_aggregator=item_aggregator,
       model_aggregator=model_aggregator,
-      item_aggregator=item_aggregator,
   )

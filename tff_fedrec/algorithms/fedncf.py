@@ -3,40 +3,38 @@
 User embedding on the client; item embedding and the NCF MLP on [p_u; q_j]
 aggregated (Sec. 6.2). With `training.dual_personalization` ("FedNCF w/
 DualPer", Table 3) the MLP becomes the client's personal score function, the
-updates alternate and fine-tuned item rows stay on the client.
+updates alternate and fine-tuned item rows stay on the client. Any exchange
+(`exchanges`) carries the table.
 """
 
-from typing import Optional
-
-import tensorflow_federated as tff
-
 from tff_fedrec import models
-from tff_fedrec.algorithms import _partially_local_method
+from tff_fedrec.algorithms import exchanges
+from tff_fedrec.algorithms import local_item_method
+from tff_fedrec.algorithms import local_item_training
 from tff_fedrec.algorithms import method
-from tff_fedrec.algorithms import partially_local
 
 
 def build_fedncf(
     *,
-    num_items: int,
+    data: method.RunData,
+    seed: int = 0,
     embedding_dim: int = 32,
     hidden_units: tuple[int, ...] = models.DEFAULT_NCF_HIDDEN_UNITS,
-    training: partially_local.ClientTrainingConfig = partially_local.ClientTrainingConfig(
-        dual_personalization=False
-    ),
-    seed: int = 0,
-    model_aggregator: Optional[tff.aggregators.UnweightedAggregationFactory] = None,
-    item_aggregator: Optional[tff.aggregators.UnweightedAggregationFactory] = None,
-) -> method.FederatedMethod:
+    training: local_item_training.ClientTrainingConfig = (
+        local_item_training.ClientTrainingConfig(dual_personalization=False)),
+    exchange=exchanges.BroadcastOptions(),
+    item_aggregator=None,
+    model_aggregator=None,
+) -> local_item_method.LocalItemMethod:
   spec = models.RecommenderSpec(
-      'neural_cf', num_items, embedding_dim,
+      'neural_cf', data.num_items, embedding_dim,
       tuple(hidden_units) or models.DEFAULT_NCF_HIDDEN_UNITS,
       personal_score_layers=training.dual_personalization,
   )
-  return _partially_local_method.build_method(
-      spec,
-      training,
-      seed=seed,
+  return local_item_method.build_method(
+      spec, training,
+      exchange.build(num_items=data.num_items, embedding_dim=embedding_dim,
+                     seed=seed, user_tiers=data.user_tiers),
+      data=data, seed=seed, item_aggregator=item_aggregator,
       model_aggregator=model_aggregator,
-      item_aggregator=item_aggregator,
   )

@@ -18,7 +18,7 @@ and scores with them; the federated training itself is unchanged, as FedRecon
 already alternates between the local and the global parameters.
 
 Example:
-  >>> method = build_fedrecon(num_items=1682, embedding_dim=32, seed=0)
+  >>> method = build_fedrecon(data=run_data, embedding_dim=32, seed=0)
   >>> method.spec.local_keys
   ('user_embedding',)
 """
@@ -31,10 +31,14 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_fedrec import client_state_store
+from tff_fedrec import evaluation
 from tff_fedrec import models
 from tff_fedrec import reconstruction
+from tff_fedrec.algorithms import exchanges
+from tff_fedrec.algorithms import local_item_method
+from tff_fedrec.algorithms import local_item_training
 from tff_fedrec.algorithms import method
-from tff_fedrec.algorithms import partially_local
 
 
 class _UserEmbedding(tf.keras.layers.Layer):
@@ -74,18 +78,28 @@ def _keras_model(params: models.Parameters):
 
 
 @dataclasses.dataclass(frozen=True)
-class ReconstructionMethod:
-  """A built FedRecon method; see `method.FederatedMethod` for the fields.
+class ReconstructionMethod(method.Method):
+  """A built FedRecon method (a `method.Method`).
 
   `process` is a `tff.learning.templates.LearningProcess`:
-  next: (<S@SERVER, {D*}@CLIENTS> -> <S@SERVER, M@SERVER>).
+  next: (<S@SERVER, {D*}@CLIENTS> -> <S@SERVER, M@SERVER>). The store
+  holds each user's reconstructed p_u (and fine-tuned rows).
   """
 
   spec: models.RecommenderSpec
   initial_parameters: models.Parameters
-  initial_client_state: collections.OrderedDict
   process: tff.learning.templates.LearningProcess
-  training: partially_local.ClientTrainingConfig
+  training: local_item_training.ClientTrainingConfig
+  num_users: int
+
+  def initial_store(self) -> client_state_store.ClientStateStore:
+    return client_state_store.ClientStateStore(
+        self.num_users,
+        local_item_training.initial_client_state(
+            self.spec, self.initial_parameters,
+            exchanges.BroadcastExchange(self.spec.num_items),
+        ),
+    )
 
   def global_parameters(self, server_state) -> collections.OrderedDict:
     weights = self.process.get_model_weights(server_state)
@@ -122,10 +136,8 @@ class ReconstructionMethod:
         ],
     )
 
-  def run_round(
-      self, server_state, store, users, client_data, examples, *,
-      users_per_client: int = 1,
-  ):
+  def run_round(self, server_state, store, round_input, *,
+                users_per_client: int = 1) -> method.RoundResult:
     """One round of `process.next`; afterwards the store holds every user's
     reconstructed embedding for evaluation.
 
@@ -133,11 +145,12 @@ class ReconstructionMethod:
     ignored: every user is its own TFF client.
     """
     del users_per_client
+    examples = round_input.examples
     datasets = [
         tf.data.Dataset.from_tensor_slices(
             collections.OrderedDict(x=data['items'], y=data['labels'])
         ).batch(self.training.batch_size)
-        for data in client_data
+        for data in round_input.user_data
     ]
     output = self.process.next(server_state, datasets)
     item_embedding = self.global_parameters(output.state)['item_embedding']
@@ -160,27 +173,65 @@ class ReconstructionMethod:
           collections.OrderedDict(user_embedding=user_embeddings),
       )
     train_metrics = output.metrics['client_work']['train']
-    upload_bytes = len(users) * method.parameter_bytes(
+    # Every client downloads q and uploads its update of q, whole.
+    sent = float(len(round_input.users) * exchanges.parameter_bytes(
         self.initial_parameters, ['item_embedding']
-    )
+    ))
     return method.RoundResult(
         server_state=output.state,
-        train_loss=float(train_metrics['loss']),
-        upload_bytes=upload_bytes,
+        metrics={
+            'train_loss': float(train_metrics['loss']),
+            **{key: sent for key in exchanges.RoundBytes._fields},
+        },
+    )
+
+  def score(self, server_state, store, users, candidates=None):
+    users = np.asarray(users)
+    if candidates is None:
+      candidates = np.broadcast_to(
+          np.arange(self.spec.num_items), [users.size, self.spec.num_items]
+      )
+    return evaluation.score_candidates(
+        self.spec, self.global_parameters(server_state), store,
+        np.asarray(candidates), users=users,
+    )
+
+  def summary_fields(self, server_state, store, history):
+    del server_state
+    return method.bytes_summary(history, store)
+
+  def config_summary(self) -> dict:
+    return {'training': dataclasses.asdict(self.training),
+            'embedding_dim': self.spec.embedding_dim}
+
+  def on_device_tiers(self) -> list[str]:
+    return [local_item_method.SINGLE_TIER]
+
+  def on_device_tier_model(self, server_state, store, tier):
+    del tier  # One size.
+    return local_item_method.on_device_tier_model(
+        self.spec, self.global_parameters(server_state),
+        self.initial_parameters, store,
+    )
+
+  def on_device_user_model(self, server_state, store, user):
+    return local_item_method.on_device_user_model(
+        self.spec, self.global_parameters(server_state), store, user
     )
 
 
 def build_fedrecon(
     *,
-    num_items: int,
+    data: method.RunData,
+    seed: int = 0,
     embedding_dim: int = 32,
     hidden_units: tuple[int, ...] = (),
-    training: partially_local.ClientTrainingConfig = partially_local.ClientTrainingConfig(
-        dual_personalization=False
-    ),
-    seed: int = 0,
-    model_aggregator: Optional[tff.aggregators.UnweightedAggregationFactory] = None,
-    item_aggregator: Optional[tff.aggregators.UnweightedAggregationFactory] = None,
+    training: local_item_training.ClientTrainingConfig = (
+        local_item_training.ClientTrainingConfig(dual_personalization=False)),
+    model_aggregator: Optional[
+        tff.aggregators.UnweightedAggregationFactory] = None,
+    item_aggregator: Optional[
+        tff.aggregators.UnweightedAggregationFactory] = None,
 ) -> ReconstructionMethod:
   """Builds FedRecon on `tff.learning.algorithms.build_fed_recon`.
 
@@ -193,12 +244,11 @@ def build_fedrecon(
   """
   if hidden_units:
     raise ValueError('FedRecon is tested with MF here; drop --hidden_units.')
-  if training.ldp_noise_scale > 0:
-    raise ValueError('fedrecon does not support --ldp_noise_scale yet.')
   if model_aggregator is not None:
     raise ValueError('FedRecon aggregates only the item embedding.')
   if training.local_epochs != 1:
     raise ValueError('fedrecon runs one local epoch per round.')
+  num_items = data.num_items
   spec = models.RecommenderSpec('matrix_factorization', num_items, embedding_dim)
   params = models.initial_parameters(spec, seed)
   input_spec = collections.OrderedDict(
@@ -237,7 +287,7 @@ def build_fedrecon(
   return ReconstructionMethod(
       spec=spec,
       initial_parameters=params,
-      initial_client_state=partially_local.initial_client_state(spec, params),
       process=process,
       training=training,
+      num_users=data.num_users,
   )

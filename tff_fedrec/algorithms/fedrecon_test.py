@@ -5,14 +5,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tff_fedrec import client_state_store
 from tff_fedrec import reconstruction
 from tff_fedrec.algorithms import fedrecon
-from tff_fedrec.algorithms import partially_local
+from tff_fedrec.algorithms import local_item_training
+from tff_fedrec.algorithms import method as method_lib
 from tff_fedrec.programs import execution
 
 _NUM_ITEMS, _DIM, _BATCH = 12, 3, 4
-_TRAINING = partially_local.ClientTrainingConfig(
+_TRAINING = local_item_training.ClientTrainingConfig(
     learning_rate=0.3, item_learning_rate=2.0, batch_size=_BATCH,
     dual_personalization=False,
 )
@@ -46,9 +46,15 @@ def _reference_client_delta(table, initial_user, items, labels):
   return q - table
 
 
+def _run_data(num_users, num_items=_NUM_ITEMS):
+  return method_lib.RunData(
+      num_users, num_items, np.zeros([num_users + 1], np.int64),
+      np.zeros([0], np.int32))
+
+
 def test_one_round_equals_the_reference_and_the_mean_is_uniform():
   method = fedrecon.build_fedrecon(
-      num_items=_NUM_ITEMS, embedding_dim=_DIM, training=_TRAINING, seed=1
+      data=_run_data(3), embedding_dim=_DIM, training=_TRAINING, seed=1
   )
   rng = np.random.default_rng(0)
   clients = []
@@ -79,24 +85,24 @@ def test_one_round_equals_the_reference_and_the_mean_is_uniform():
 
 @pytest.mark.parametrize('kwargs, message', [
     ({'hidden_units': (4,)}, 'hidden_units'),
-    ({'training': partially_local.ClientTrainingConfig(
-        dual_personalization=False, ldp_noise_scale=0.1)}, 'ldp_noise_scale'),
+    ({'training': local_item_training.ClientTrainingConfig(
+        dual_personalization=False, local_epochs=2)}, 'one local epoch'),
 ])
 def test_unsupported_options_are_refused(kwargs, message):
   with pytest.raises(ValueError, match=message):
-    fedrecon.build_fedrecon(num_items=5, **kwargs)
+    fedrecon.build_fedrecon(data=_run_data(2, num_items=5), **kwargs)
 
 
 @pytest.mark.parametrize('dual_personalization', [False, True])
 def test_run_round_stores_what_each_user_scores_with(dual_personalization):
-  training = partially_local.ClientTrainingConfig(
+  training = local_item_training.ClientTrainingConfig(
       learning_rate=_TRAINING.learning_rate,
       item_learning_rate=_TRAINING.item_learning_rate,
       batch_size=_BATCH,
       dual_personalization=dual_personalization,
   )
   method = fedrecon.build_fedrecon(
-      num_items=_NUM_ITEMS, embedding_dim=_DIM, training=training, seed=1
+      data=_run_data(2), embedding_dim=_DIM, training=training, seed=1
   )
   rng = np.random.default_rng(3)
   counts = np.array([6, 5])
@@ -110,10 +116,11 @@ def test_run_round_stores_what_each_user_scores_with(dual_personalization):
                               seed=np.zeros(2, np.int64))
       for a, b in zip(offsets[:-1], offsets[1:])
   ]
-  store = client_state_store.ClientStateStore(2, method.initial_client_state)
+  store = method.initial_store()
 
   result = method.run_round(
-      method.process.initialize(), store, np.arange(2), client_data, examples
+      method.process.initialize(), store,
+      method_lib.RoundInput(0, np.arange(2), client_data, examples, 0),
   )
 
   table = method.global_parameters(result.server_state)['item_embedding']

@@ -1,83 +1,210 @@
-"""What a method builder returns: the model, its initial values and the process."""
+"""The method interface: what the training loop, the protocols and export
+ask of a built method.
 
+A registry builder (`registry`) returns a `Method`: its TFF process and the
+program-side driver of one round, bound to the users it trains
+(`RunData`). The training loop (`programs/training_loop`) runs
+
+  store = method.initial_store()
+  state = method.process.initialize()
+  result = method.run_round(state, store, RoundInput(...))   # each round
+  scores = method.score(result.server_state, store, users, candidates)
+
+and the protocol (`tasks/`) turns scores into metrics. A method reports
+every round's figures as `RoundResult.metrics` (train loss, bytes sent each
+way, method diagnostics: floats, one history row each) and adds its own
+fields to the run's summary (`summary_fields`).
+
+Example (the loop's view of any method):
+  >>> method = registry.get('pfedrec').build(data=run_data, seed=0, ...)
+  >>> store, state = method.initial_store(), method.process.initialize()
+  >>> result = method.run_round(state, store, round_input)
+  >>> method.score(result.server_state, store, np.arange(3), candidates)
+"""
+
+import abc
 import collections
 import dataclasses
+import statistics
+from typing import Any, Optional, Sequence
 
 import numpy as np
-import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_fedrec import models
-from tff_fedrec.algorithms import user_groups
-
-RoundResult = collections.namedtuple(
-    'RoundResult', ['server_state', 'train_loss', 'upload_bytes']
-)
-
-
-def parameter_bytes(params: models.Parameters, keys) -> int:
-  """Bytes of the parameters under `keys` (float32 values as sent)."""
-  return sum(
-      np.asarray(leaf).nbytes
-      for key in keys
-      for leaf in tf.nest.flatten(params[key])
-  )
+from tff_fedrec import client_state_store
 
 
 @dataclasses.dataclass(frozen=True)
-class FederatedMethod:
-  """A built federated recommendation method with client state.
+class RunData:
+  """What a method knows of the users it trains.
 
   Attributes:
-    spec: The model and which of its parameters are global / client-local.
-    initial_parameters: Initial values of all parameters (numpy).
-    initial_client_state: The state of a client that has not trained yet.
-    process: `tff.templates.IterativeProcess` with
-      next: (<S@SERVER, {L}@CLIENTS, {D}@CLIENTS> -> <S@SERVER, {C}@CLIENTS, M@SERVER>),
-      where L is the local-parameter part of the client state C.
+    num_users: U.
+    num_items: I.
+    train_offsets: int64 [U + 1], CSR offsets of each user's training items.
+    train_items: int [nnz], their item indices.
+    user_tiers: int32 [U] (0 small, 1 medium, 2 large: `tiers`), or None
+      when the method takes no tiers.
   """
 
-  spec: models.RecommenderSpec
-  initial_parameters: models.Parameters
-  initial_client_state: collections.OrderedDict
+  num_users: int
+  num_items: int
+  train_offsets: np.ndarray
+  train_items: np.ndarray
+  user_tiers: Optional[np.ndarray] = None
+
+  @classmethod
+  def of(cls, data, user_tiers=None) -> 'RunData':
+    """From a protocol's split data (anything with these fields)."""
+    return cls(data.num_users, data.num_items, data.train_offsets,
+               data.train_items, user_tiers)
+
+  @property
+  def train_counts(self) -> np.ndarray:
+    return np.diff(self.train_offsets)
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundInput:
+  """One round's users and data, as the protocol drew them.
+
+  Attributes:
+    round_num: r, 0-based.
+    users: int [n], the round's users, sorted.
+    user_data: Per user, `OrderedDict(items int32 [n_u], labels float32
+      [n_u], seed int64 [2])`, its training examples of the round.
+    examples: The protocol's training examples of the round (CSR over
+      users, `tasks.preprocessing.TrainingExamples`); FedRecon reads every
+      user's.
+    seed: The run's seed.
+  """
+
+  round_num: int
+  users: np.ndarray
+  user_data: Sequence[collections.OrderedDict]
+  examples: Any
+  seed: int
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundResult:
+  """`run_round`'s result: the new server state and the round's figures
+  (`train_loss` always; `upload_bytes` / `download_bytes` when the method
+  counts them)."""
+
+  server_state: Any
+  metrics: dict
+
+
+@dataclasses.dataclass(frozen=True)
+class OnDeviceModel:
+  """The parameters of a model a phone runs, and whom it is evaluated on.
+
+  Attributes:
+    tier: 'single' (one-size methods) or 'small' / 'medium' / 'large'.
+    user: The user it belongs to, or None for a tier's global model (whose
+      user part stays on the phone: it takes the user vector as input,
+      unless the method has none).
+    architecture: One of `models.ARCHITECTURES`.
+    params: `OrderedDict(item_embedding [I, d], score_layers [{kernel,
+      bias}], user_embedding [d] (a user's model only))`.
+    eval_users: The user indices its evaluation covers.
+    eval_user_vectors: float32 [len(eval_users), d], their user vectors
+      when the model takes one, else None.
+  """
+
+  tier: str
+  user: Optional[int]
+  architecture: str
+  params: collections.OrderedDict
+  eval_users: np.ndarray
+  eval_user_vectors: Optional[np.ndarray] = None
+
+
+class Method(abc.ABC):
+  """A built method (module docstring).
+
+  Attributes:
+    process: Its `tff.templates.IterativeProcess`.
+  """
+
   process: tff.templates.IterativeProcess
 
-  def global_parameters(self, server_state) -> collections.OrderedDict:
-    return server_state['global_parameters']
+  @abc.abstractmethod
+  def initial_store(self) -> client_state_store.ClientStateStore:
+    """Every user's client state before the first round."""
 
-  def upload_bytes(self, metrics, num_clients: int) -> int:
-    """Bytes the round's clients uploaded, from the aggregator's counts.
-
-    Row-sparse item uploads send an int32 id and d float32 values per row;
-    dense parameters (and LDP's noised full table) are sent whole.
-    """
-    dense_keys = [k for k in self.spec.global_keys if k != 'item_embedding']
-    uploaded = parameter_bytes(self.initial_parameters, dense_keys) * num_clients
-    item_measurements = metrics['aggregator']['item']
-    if 'uploaded_rows' in item_measurements:
-      row_bytes = 4 + 4 * self.spec.embedding_dim
-      return uploaded + int(item_measurements['uploaded_rows']) * row_bytes
-    return uploaded + num_clients * parameter_bytes(
-        self.initial_parameters, ['item_embedding']
-    )
-
+  @abc.abstractmethod
   def run_round(
-      self, server_state, store, users, client_data, examples, *,
-      users_per_client: int = 1,
-  ):
-    """One round of `process.next` for `users`, `users_per_client` of them
-    per TFF client (`user_groups`); their new states go to `store`."""
-    del examples  # The client data already holds the users' examples.
-    server_state, new_states, metrics = user_groups.run_grouped_round(
-        self.process,
-        server_state,
-        store.stacked_local_parameters(np.asarray(users)),
-        client_data,
-        users_per_client,
-    )
-    store.put(users, new_states)
-    return RoundResult(
-        server_state=server_state,
-        train_loss=float(metrics['train_loss']),
-        upload_bytes=self.upload_bytes(metrics, len(users)),
-    )
+      self, server_state, store: client_state_store.ClientStateStore,
+      round_input: RoundInput, *, users_per_client: int = 1,
+  ) -> RoundResult:
+    """One round for `round_input.users`, `users_per_client` of them per
+    TFF client (`templates.user_groups`); their new states go to
+    `store`."""
+
+  @abc.abstractmethod
+  def score(self, server_state, store, users: np.ndarray,
+            candidates: Optional[np.ndarray] = None) -> np.ndarray:
+    """Logits of each user's own model: [len(users), C] for `candidates`
+    [len(users), C], or [len(users), I] for every item if None."""
+
+  def summary_fields(self, server_state, store, history: list) -> dict:
+    """The method's fields of the run's summary, from its state and the
+    history (one dict per round, `RoundResult.metrics` included)."""
+    del server_state, store, history
+    return {}
+
+  def config_summary(self) -> dict:
+    """What was built (its hyperparameters), for the summary's config."""
+    return {}
+
+  def description(self) -> str:
+    """One line on what was built, for the start of a run's log."""
+    return ''
+
+  def on_device_tiers(self) -> list[str]:
+    """The tiers whose global model a phone can download."""
+    return []
+
+  def on_device_tier_model(self, server_state, store,
+                           tier: str) -> OnDeviceModel:
+    """The global model of `tier` (one of `on_device_tiers`)."""
+    raise ValueError(f'This method has no global model for tier {tier!r}.')
+
+  @abc.abstractmethod
+  def on_device_user_model(self, server_state, store,
+                           user: int) -> OnDeviceModel:
+    """User `user`'s own model, everything baked in, as it is scored."""
+
+
+def bytes_summary(history: list, store) -> dict:
+  """The summary of a method that counts its bytes each round.
+
+  bytes_per_round: the median over rounds of the bytes each way;
+  measured_compression_rate: 1 - bytes sent / bytes of the uncompressed
+    exchange, over all rounds, each way (0 for methods that do not
+    compress), and for the download also per message applied
+    (`downlink_per_message`: without catch-up and resyncs; nan if no
+    client applied a message);
+  client_state_bytes_per_user: the store's mean.
+  """
+  def total(key):
+    return sum(row[key] for row in history)
+
+  rates = {
+      direction: 1.0 - total(f'{key}_bytes') / total(f'dense_{key}_bytes')
+      for direction, key in (('uplink', 'upload'), ('downlink', 'download'),
+                             ('downlink_per_message', 'message_download'))
+      if total(f'dense_{key}_bytes')
+  }
+  rates.setdefault('downlink_per_message', float('nan'))
+  return {
+      'bytes_per_round': {
+          'download': statistics.median(
+              row['download_bytes'] for row in history),
+          'upload': statistics.median(row['upload_bytes'] for row in history),
+      },
+      'measured_compression_rate': rates,
+      'client_state_bytes_per_user': store.bytes_per_user(),
+  }

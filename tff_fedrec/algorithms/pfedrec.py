@@ -2,34 +2,36 @@
 
 Item embedding global and fine-tuned per user, score function S_i (one dense
 layer; an MLP with `hidden_units`) kept on the device, no user embedding
-(Sec. 4.1, Eq. 5-7); alternating local updates (Algorithm 1).
+(Sec. 4.1, Eq. 5-7); alternating local updates (Algorithm 1). The item
+table travels through any exchange (`exchanges`): broadcast by default, with
+LDP (Sec. 6.6) as an option, or FedRAS's compressed actions
+(`fedras.exchange.FedRASOptions`), which no paper combines with it.
 
 Example:
-  >>> method = build_pfedrec(num_items=1682, embedding_dim=32, seed=0)
+  >>> method = build_pfedrec(data=run_data, embedding_dim=32, seed=0)
   >>> method.spec.local_keys
   ('score_layers',)
 """
 
-from typing import Optional
-
-import tensorflow_federated as tff
-
 from tff_fedrec import models
-from tff_fedrec.algorithms import _partially_local_method
+from tff_fedrec.algorithms import exchanges
+from tff_fedrec.algorithms import local_item_method
+from tff_fedrec.algorithms import local_item_training
 from tff_fedrec.algorithms import method
-from tff_fedrec.algorithms import partially_local
 
 
 def build_pfedrec(
     *,
-    num_items: int,
+    data: method.RunData,
+    seed: int = 0,
     embedding_dim: int = 32,
     hidden_units: tuple[int, ...] = (),
-    training: partially_local.ClientTrainingConfig = partially_local.ClientTrainingConfig(),
-    seed: int = 0,
-    model_aggregator: Optional[tff.aggregators.UnweightedAggregationFactory] = None,
-    item_aggregator: Optional[tff.aggregators.UnweightedAggregationFactory] = None,
-) -> method.FederatedMethod:
+    training: local_item_training.ClientTrainingConfig = (
+        local_item_training.ClientTrainingConfig()),
+    exchange=exchanges.BroadcastOptions(),
+    item_aggregator=None,
+    model_aggregator=None,
+) -> local_item_method.LocalItemMethod:
   """Builds PFedRec; `training.dual_personalization` must stay True."""
   if not training.dual_personalization:
     raise ValueError(
@@ -37,13 +39,13 @@ def build_pfedrec(
         'without it use --method=fedmf.'
     )
   spec = models.RecommenderSpec(
-      'score_function', num_items, embedding_dim, tuple(hidden_units),
+      'score_function', data.num_items, embedding_dim, tuple(hidden_units),
       personal_score_layers=True,
   )
-  return _partially_local_method.build_method(
-      spec,
-      training,
-      seed=seed,
+  return local_item_method.build_method(
+      spec, training,
+      exchange.build(num_items=data.num_items, embedding_dim=embedding_dim,
+                     seed=seed, user_tiers=data.user_tiers),
+      data=data, seed=seed, item_aggregator=item_aggregator,
       model_aggregator=model_aggregator,
-      item_aggregator=item_aggregator,
   )

@@ -1,71 +1,151 @@
-"""The one method registry: `--method` name -> builder.
+"""The one method registry: `--method` name -> entry.
 
-`METHODS` (leave-one-out protocol of PFedRec): every builder takes the same
-keyword arguments (num_items, embedding_dim, hidden_units, training, seed,
-model_aggregator, item_aggregator) and returns a `method.FederatedMethod`
-(`fedrecon.ReconstructionMethod` for FedRecon).
+An entry says how to build the method (its builder, imported when first
+used, so the registry itself is read without TensorFlow), which protocol
+it is evaluated under (`tasks.protocol`), and which groups of flags it
+takes (`programs/flag_groups`). Every builder takes the keyword arguments
 
-`HETERO_METHODS` (HeteFedRec's tiers, random split, full ranking): every
-builder takes (spec, config, seed) and returns a `hetefedrec.HeteroMethod`.
+  data: `method.RunData`, seed: int
 
-`COMPRESSED_METHODS` (FedRAS and its baselines, leave-one-out): the keyword
-arguments of `METHODS` plus model ('mf' | 'ncf'), compression_rate and, for
-some, catch_up_rounds, resync_when_cheaper, alpha and
-compression_rate_range (`fedras`).
+and those its flag groups give (see each builder). Adding a method is its
+module or package, one entry here and, if it has flags of its own, one
+flag group.
 
-Adding a method is one module and one line here.
+Example:
+  >>> entry = get('pfedrec')
+  >>> entry.protocol, entry.flag_groups[:2]
+  ('leave_one_out', ('training', 'local_sgd'))
+  >>> method = entry.build(data=run_data, seed=0)
 """
 
-import functools
+import dataclasses
+import importlib
+import inspect
+from typing import Optional
 
-from tff_fedrec.algorithms import fedmf
-from tff_fedrec.algorithms import fedncf
-from tff_fedrec.algorithms import fedras
-from tff_fedrec.algorithms import fedrecon
-from tff_fedrec.algorithms import hetefedrec
-from tff_fedrec.algorithms import pfedrec
-from tff_fedrec.algorithms import standalone
+LEAVE_ONE_OUT = 'leave_one_out'
+RANDOM_SPLIT = 'random_split'
 
-METHODS = {
-    'pfedrec': pfedrec.build_pfedrec,
-    'fedmf': fedmf.build_fedmf,
-    'fedncf': fedncf.build_fedncf,
-    'fedrecon': fedrecon.build_fedrecon,
-}
-
-HETERO_METHODS = {
-    'hetefedrec': hetefedrec.build_hetefedrec,
-    'direct_aggregate': hetefedrec.build_direct_aggregate,
-    'clustered': hetefedrec.build_clustered,
-    'all_small': hetefedrec.build_all_small,
-    'all_large': hetefedrec.build_all_large,
-    'all_large_exclusive': hetefedrec.build_all_large_exclusive,
-    'standalone': standalone.build_standalone,
-}
-
-COMPRESSED_METHODS = {
-    'fedras': fedras.build_fedras,
-    'fedras_e': functools.partial(fedras.build_fedras, ablation='E'),
-    'fedras_f': functools.partial(fedras.build_fedras, ablation='F'),
-    'fedras_t': functools.partial(fedras.build_fedras, ablation='T'),
-    'topk': fedras.build_topk,
-    'svd': fedras.build_svd,
-    'colr': fedras.build_colr,
-    'base_small_dim': fedras.build_base_small_dim,
-}
-
-ALL_METHODS = {**METHODS, **HETERO_METHODS, **COMPRESSED_METHODS}
-
-# Methods that are the dual personalization mechanism itself.
-ALWAYS_DUAL_PERSONALIZED = frozenset({'pfedrec'})
+# Groups of the local-SGD methods of PFedRec's paper, FedRAS's, and the
+# tiered ones of HeteFedRec's.
+_LOCAL_SGD = ('training', 'local_sgd', 'embedding')
+_TIERED = ('training', 'tiers', 'tier_models', 'score_layers', 'base_model')
+# Any exchange; FedRAS's tiers of bandwidth need the users' tiers.
+_EXCHANGE = ('exchange', 'tiers')
 
 
-def get_builder(name: str):
-  """The builder registered as `name`; ValueError naming the known methods."""
+@dataclasses.dataclass(frozen=True)
+class MethodEntry:
+  """One method (module docstring).
+
+  Attributes:
+    name: Its `--method` name.
+    builder: 'module:function' of its builder.
+    protocol: LEAVE_ONE_OUT or RANDOM_SPLIT.
+    flag_groups: The groups of flags it takes.
+    paper: Where it comes from.
+    arguments: Builder arguments fixed by the entry (an ablation).
+    exchange: The exchange the method fixes (`exchanges`, `fedras`:
+      'fedras', 'top_k', 'svd', 'colr', 'small_dim'), or None if
+      `--exchange` chooses it.
+  """
+
+  name: str
+  builder: str
+  protocol: str
+  flag_groups: tuple[str, ...]
+  paper: str
+  arguments: tuple[tuple[str, object], ...] = ()
+  exchange: Optional[str] = None
+
+  def _function(self):
+    module, function = self.builder.split(':')
+    return getattr(importlib.import_module(module), function)
+
+  def build(self, **kwargs):
+    """The built method: `builder(**arguments, **kwargs)`."""
+    return self._function()(**dict(self.arguments), **kwargs)
+
+  def default(self, argument: str):
+    """The builder's default value of `argument`."""
+    return inspect.signature(self._function()).parameters[argument].default
+
+  def takes(self, argument: str) -> bool:
+    return argument in inspect.signature(self._function()).parameters
+
+
+_ALGORITHMS = 'tff_fedrec.algorithms'
+_PFEDREC = 'PFedRec (Zhang et al., IJCAI 2023)'
+_FEDRAS = 'FedRAS (Lu et al., KDD 2025)'
+_HETEFEDREC = 'HeteFedRec (Yuan et al., ICDE 2024)'
+
+
+def _tiered(name, function, **options):
+  return MethodEntry(
+      name, f'{_ALGORITHMS}.hetefedrec.tiered_method:{function}',
+      RANDOM_SPLIT, options.pop('flag_groups', _TIERED + ('hetefedrec',)),
+      _HETEFEDREC, **options,
+  )
+
+
+def _fedras(name, function, exchange, **options):
+  return MethodEntry(
+      name, f'{_ALGORITHMS}.fedras.methods:{function}', LEAVE_ONE_OUT,
+      _LOCAL_SGD + ('score_layers', 'base_model', 'exchange')
+      + (('tiers',) if exchange == 'fedras' else ()),
+      _FEDRAS, exchange=exchange, **options,
+  )
+
+
+_ENTRIES = (
+    MethodEntry('pfedrec', f'{_ALGORITHMS}.pfedrec:build_pfedrec',
+                LEAVE_ONE_OUT, _LOCAL_SGD + ('score_layers', *_EXCHANGE),
+                _PFEDREC),
+    MethodEntry('fedmf', f'{_ALGORITHMS}.fedmf:build_fedmf', LEAVE_ONE_OUT,
+                _LOCAL_SGD + _EXCHANGE, f'{_PFEDREC}, baseline'),
+    MethodEntry('fedncf', f'{_ALGORITHMS}.fedncf:build_fedncf',
+                LEAVE_ONE_OUT, _LOCAL_SGD + ('score_layers', *_EXCHANGE),
+                f'{_PFEDREC}, baseline'),
+    MethodEntry('fedrecon', f'{_ALGORITHMS}.fedrecon:build_fedrecon',
+                LEAVE_ONE_OUT, _LOCAL_SGD, f'{_PFEDREC}, baseline'),
+    _fedras('fedras', 'build_fedras', 'fedras'),
+    _fedras('fedras_e', 'build_fedras', 'fedras',
+            arguments=(('ablation', 'E'),)),
+    _fedras('fedras_f', 'build_fedras', 'fedras',
+            arguments=(('ablation', 'F'),)),
+    _fedras('fedras_t', 'build_fedras', 'fedras',
+            arguments=(('ablation', 'T'),)),
+    _fedras('topk', 'build_codec_baseline', 'top_k',
+            arguments=(('scheme', 'top_k'),)),
+    _fedras('svd', 'build_codec_baseline', 'svd',
+            arguments=(('scheme', 'svd'),)),
+    _fedras('colr', 'build_codec_baseline', 'colr',
+            arguments=(('scheme', 'colr'),)),
+    _fedras('base_small_dim', 'build_base_small_dim', 'small_dim'),
+    _tiered('hetefedrec', 'build_hetefedrec'),
+    _tiered('direct_aggregate', 'build_direct_aggregate'),
+    _tiered('clustered', 'build_clustered'),
+    _tiered('all_small', 'build_all_small'),
+    _tiered('all_large', 'build_all_large'),
+    _tiered('all_large_exclusive', 'build_all_large_exclusive'),
+    _tiered('standalone', 'build_standalone', flag_groups=_TIERED),
+)
+
+METHODS = {entry.name: entry for entry in _ENTRIES}
+
+
+def get(name: str) -> MethodEntry:
+  """The entry registered as `name`; ValueError naming the known methods."""
   try:
-    return ALL_METHODS[name]
+    return METHODS[name]
   except KeyError:
-    known = sorted(ALL_METHODS)
     raise ValueError(
-        f'Unknown method {name!r}. Known methods: {", ".join(known)}.'
+        f'Unknown method {name!r}. Known methods: {", ".join(METHODS)}.'
     ) from None
+
+
+def methods_taking(group: str) -> list[str]:
+  """The names of the methods that take flag group `group` (one of their
+  entries' groups, or their protocol's)."""
+  return [e.name for e in _ENTRIES
+          if group in e.flag_groups or group == e.protocol]

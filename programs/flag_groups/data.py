@@ -1,0 +1,77 @@
+"""Flags of the data set a run loads (group `data`, every run)."""
+
+from absl import flags
+
+from tff_fedrec.programs.flag_groups import group
+from tff_fedrec.tasks import datasets
+
+DATASET = flags.DEFINE_enum(
+    'dataset', None, list(datasets.NAMED_DATASETS),
+    'Named data set. Without it, --data_path loads a local interactions file.',
+)
+DATA_PATH = flags.DEFINE_string(
+    'data_path', None,
+    'Local interactions file (user,item,rating,timestamp). Alone it is the '
+    'data set; with --dataset=ml-100k/ml-1m it replaces the download.',
+)
+SEPARATOR = flags.DEFINE_string(
+    'separator', None,
+    'Field separator of --data_path, e.g. "::" or "\\t" (default: "," for a '
+    'plain file, a tab for a MovieLens copy).'
+)
+HEADER = flags.DEFINE_enum(
+    'header', 'auto', ['auto', 'true', 'false'], 'Header line in --data_path.'
+)
+MIN_INTERACTIONS = flags.DEFINE_integer(
+    'min_interactions', 0,
+    'Drop users with fewer interactions (the paper uses 5 for Lastfm-2K and '
+    'Amazon-Video; leave-one-out needs at least 3).',
+)
+SYNTHETIC_USERS = flags.DEFINE_integer(
+    'synthetic_users', 200, 'Users of --dataset=synthetic.'
+)
+SYNTHETIC_ITEMS = flags.DEFINE_integer(
+    'synthetic_items', 500, 'Items of --dataset=synthetic.'
+)
+CACHE_DIR = flags.DEFINE_string(
+    'cache_dir', None, 'Download cache (default $TFF_FEDREC_CACHE or '
+    '~/.cache/tff_fedrec).',
+)
+
+
+def data_config(seed: int) -> datasets.DataConfig:
+  """The data set the flags name, seeded by `seed`."""
+  dataset = DATASET.value
+  if dataset is None:
+    if not DATA_PATH.value:
+      raise group.FlagError(
+          'Give --dataset=ml-100k|ml-1m|synthetic, or --data_path=FILE for a '
+          'local interactions file.'
+      )
+    dataset = 'file'
+  elif dataset == 'synthetic' and DATA_PATH.value:
+    raise group.FlagError(
+        '--data_path cannot be combined with --dataset=synthetic.'
+    )
+  header = {'auto': 'auto', 'true': True, 'false': False}[HEADER.value]
+  return datasets.DataConfig(
+      dataset=dataset,
+      data_path=DATA_PATH.value,
+      separator=(None if SEPARATOR.value is None
+                 else SEPARATOR.value.encode().decode('unicode_escape')),
+      header=header,
+      cache_dir=CACHE_DIR.value,
+      synthetic_users=SYNTHETIC_USERS.value,
+      synthetic_items=SYNTHETIC_ITEMS.value,
+      min_interactions_per_user=MIN_INTERACTIONS.value,
+      seed=seed,
+  )
+
+
+GROUPS = (
+    group.FlagGroup(
+        'data', 'the data set',
+        (DATASET, DATA_PATH, SEPARATOR, HEADER, MIN_INTERACTIONS,
+         SYNTHETIC_USERS, SYNTHETIC_ITEMS, CACHE_DIR),
+    ),
+)

@@ -1,0 +1,86 @@
+"""A group of the training program's flags and what it gives a builder.
+
+A `FlagGroup` holds its flags and turns their values into keyword
+arguments of the method's builder (`arguments`), with the context of the
+run (`BuildContext`). Arguments under the key `training` are field values
+of the builder's training configuration (its `training` argument), merged
+over every group and applied to the builder's own default configuration,
+so a flag left at None keeps the method's default.
+
+Example:
+  >>> group = FlagGroup('embedding', 'the embedding width', (EMBEDDING_DIM,),
+  ...                   lambda context: {'embedding_dim': EMBEDDING_DIM.value})
+"""
+
+import dataclasses
+from typing import Callable
+
+from absl import flags
+
+from tff_fedrec.algorithms import method as method_lib
+from tff_fedrec.algorithms import registry
+
+
+class FlagError(ValueError):
+  """Inconsistent, unusable or missing flags."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildContext:
+  """What a group may read besides its own flags.
+
+  Attributes:
+    entry: The chosen method's registry entry.
+    data: What the method will be told of the data.
+  """
+
+  entry: registry.MethodEntry
+  data: method_lib.RunData
+
+
+@dataclasses.dataclass(frozen=True)
+class FlagGroup:
+  """A group of flags (module docstring).
+
+  Attributes:
+    name: As registry entries name it.
+    title: What the flags are for, e.g. "HeteFedRec's training rule".
+    holders: Its flags.
+    arguments: BuildContext -> builder keyword arguments.
+  """
+
+  name: str
+  title: str
+  holders: tuple
+  arguments: Callable[[BuildContext], dict] = lambda context: {}
+
+  def changed(self) -> list:
+    """Its flags given a value other than their default."""
+    return changed_flags(self.holders)
+
+
+def changed_flags(holders) -> list:
+  """The flags among `holders` given a value other than their default."""
+  return [h for h in holders if h.value != flags.FLAGS[h.name].default]
+
+
+def int_list(name: str, values, length: int = 3) -> tuple[int, ...]:
+  """--name's comma-separated integers, `length` of them."""
+  try:
+    parsed = tuple(int(v) for v in values)
+  except ValueError:
+    raise FlagError(
+        f'--{name} takes comma-separated integers; got {",".join(values)}.'
+    ) from None
+  if len(parsed) != length:
+    raise FlagError(f'--{name} needs {length} values (small, medium, large).')
+  return parsed
+
+
+def require_positive(*holders) -> None:
+  """FlagError for the first of `holders` below 1."""
+  for holder in holders:
+    if holder.value is not None and holder.value < 1:
+      raise FlagError(
+          f'--{holder.name} must be at least 1; got {holder.value}.'
+      )

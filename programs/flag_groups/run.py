@@ -1,0 +1,79 @@
+"""Flags of the run itself (group `run`, every run): the method, rounds,
+clients, seed and where the results go."""
+
+from absl import flags
+
+from tff_fedrec.algorithms import registry
+from tff_fedrec.programs.flag_groups import group
+
+METHOD = flags.DEFINE_enum(
+    'method', None, list(registry.METHODS), 'Federated method to train.'
+)
+ROUNDS = flags.DEFINE_integer('rounds', 100, 'Communication rounds.')
+CLIENTS_PER_ROUND = flags.DEFINE_integer(
+    'clients_per_round', None,
+    'Clients per round (default: all users for the leave-one-out methods, '
+    'as in PFedRec; min(256, users) for the random-split ones, HeteFedRec '
+    'Sec. V.D).',
+)
+CLIENT_FRACTION = flags.DEFINE_float(
+    'client_fraction', None, 'Fraction of users per round (alternative to '
+    '--clients_per_round).',
+)
+USERS_PER_TFF_CLIENT = flags.DEFINE_integer(
+    'users_per_tff_client', 32,
+    'Users one TFF client simulates at once (tff_fedrec.templates.'
+    'user_groups). Results do not depend on it; larger groups share TFF\'s '
+    'per-client cost. 1 = one TFF client per user. fedrecon always uses 1.',
+)
+NEGATIVES = flags.DEFINE_integer(
+    'num_negatives', 4, 'Training negatives per positive.'
+)
+SEED = flags.DEFINE_integer('seed', 0, 'Seed of everything random.')
+ROOT_DIR = flags.DEFINE_string(
+    'root_dir', None, 'Output directory (checkpoints, metrics, summary.json).'
+)
+EVAL_EVERY = flags.DEFINE_integer(
+    'eval_every', None,
+    'Evaluate every N rounds (default 1; for the random-split methods one '
+    'epoch of the client queue).',
+)
+CHECKPOINT_EVERY = flags.DEFINE_integer(
+    'checkpoint_every', 1, 'Checkpoint every N rounds.'
+)
+MAX_WORKER_RESTARTS = flags.DEFINE_integer(
+    'max_worker_restarts', 3,
+    'If the TFF worker dies, restart it and resume from the last checkpoint '
+    'this many times before giving up.',
+)
+
+
+def clients_per_round(num_users: int):
+  """--clients_per_round or --client_fraction of `num_users` users, or None
+  for the protocol's default."""
+  if CLIENTS_PER_ROUND.value is not None and CLIENT_FRACTION.value is not None:
+    raise group.FlagError(
+        'Give --clients_per_round or --client_fraction, not both.'
+    )
+  if CLIENT_FRACTION.value is not None:
+    if not 0 < CLIENT_FRACTION.value <= 1:
+      raise group.FlagError('--client_fraction must be in (0, 1].')
+    return max(1, int(num_users * CLIENT_FRACTION.value))
+  if CLIENTS_PER_ROUND.value is None:
+    return None
+  if not 1 <= CLIENTS_PER_ROUND.value <= num_users:
+    raise group.FlagError(
+        f'--clients_per_round must be in [1, {num_users}] (the number of '
+        f'users); got {CLIENTS_PER_ROUND.value}.'
+    )
+  return CLIENTS_PER_ROUND.value
+
+
+GROUPS = (
+    group.FlagGroup(
+        'run', 'the run',
+        (METHOD, ROUNDS, CLIENTS_PER_ROUND, CLIENT_FRACTION,
+         USERS_PER_TFF_CLIENT, NEGATIVES, SEED, ROOT_DIR, EVAL_EVERY,
+         CHECKPOINT_EVERY, MAX_WORKER_RESTARTS),
+    ),
+)

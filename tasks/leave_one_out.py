@@ -1,0 +1,163 @@
+"""PFedRec's protocol (Sec. 6.1 and its reference code): leave-one-out by
+timestamp, each held-out item ranked among 99 sampled negatives.
+
+Per round r (0-based), seeded by (seed, r): `clients_per_round` users drawn
+uniformly without replacement (all users by default, as the paper), and
+every user's training examples: its training positives, each with
+`negatives_per_positive` items it never interacted with, redrawn every
+round. Each evaluation scores every user's own model on its validation and
+test item with their negatives: HR@10, NDCG@10 and AUC. The report picks
+the round with the best validation HR@10 (the latest on ties, as the
+reference code's `>=`) and reports test metrics at that round.
+
+Example:
+  >>> protocol = LeaveOneOut(datasets.load_leave_one_out(config),
+  ...                        clients_per_round=100, seed=0)
+  >>> protocol.round_input(0).users[:3]
+"""
+
+import collections
+
+import numpy as np
+
+from tff_fedrec import metrics
+from tff_fedrec.algorithms import method as method_lib
+from tff_fedrec.tasks import preprocessing
+from tff_fedrec.tasks import protocol
+
+SELECTION = 'test metrics at the round with the best validation HR@10'
+
+
+class LeaveOneOut(protocol.Protocol):
+  """The protocol of the module docstring on a `LeaveOneOutData` split."""
+
+  name = 'leave_one_out'
+
+  def __init__(
+      self,
+      data: preprocessing.LeaveOneOutData,
+      *,
+      clients_per_round: int,
+      negatives_per_positive: int = 4,
+      seed: int = 0,
+  ):
+    if not 1 <= clients_per_round <= data.num_users:
+      raise ValueError(
+          f'clients_per_round must be in [1, {data.num_users}]; got '
+          f'{clients_per_round}.'
+      )
+    self.data = data
+    self.clients_per_round = clients_per_round
+    self.negatives_per_positive = negatives_per_positive
+    self.seed = seed
+
+  def round_input(self, round_num: int) -> method_lib.RoundInput:
+    """The round's users (sorted), their data (items, labels, seed) and
+    every user's training examples of the round."""
+    data = self.data
+    rng = np.random.default_rng([self.seed, round_num])
+    if self.clients_per_round >= data.num_users:
+      users = np.arange(data.num_users)
+    else:
+      users = np.sort(
+          rng.choice(data.num_users, self.clients_per_round, replace=False)
+      )
+    examples = preprocessing.sample_training_examples(
+        train_offsets=data.train_offsets,
+        train_items=data.train_items,
+        interacted_offsets=data.interacted_offsets,
+        interacted_items=data.interacted_items,
+        num_items=data.num_items,
+        negatives_per_positive=self.negatives_per_positive,
+        rng=rng,
+    )
+    user_data = []
+    for user in users:
+      items, labels = preprocessing.user_examples(examples, user)
+      user_data.append(collections.OrderedDict(
+          items=items.astype(np.int32),
+          labels=labels.astype(np.float32),
+          seed=np.array([self.seed, round_num * data.num_users + user],
+                        np.int64),
+      ))
+    return method_lib.RoundInput(
+        round_num=round_num, users=users, user_data=user_data,
+        examples=examples, seed=self.seed,
+    )
+
+  def _scores(self, method, server_state, store, split: str) -> dict:
+    positives = getattr(self.data, f'{split}_items')
+    negatives = getattr(self.data, f'{split}_negatives')
+    candidates = np.concatenate([positives[:, None], negatives], axis=1)
+    scores = method.score(
+        server_state, store, np.arange(self.data.num_users), candidates
+    )
+    return metrics.summarize_sampled(scores)
+
+  def evaluate(self, method, server_state, store) -> dict:
+    val = self._scores(method, server_state, store, 'val')
+    test = self._scores(method, server_state, store, 'test')
+    return {
+        'val_hr@10': val['hr@10'], 'val_ndcg@10': val['ndcg@10'],
+        'test_hr@10': test['hr@10'], 'test_ndcg@10': test['ndcg@10'],
+        'test_auc': test['auc'],
+    }
+
+  def test_metrics(self, users, score_items) -> dict:
+    """HR@10 / NDCG@10 of the test split for `users`, each scored by
+    `score_items(position, items)` (e.g. an exported model's file)."""
+    candidates = np.concatenate(
+        [self.data.test_items[users, None], self.data.test_negatives[users]],
+        axis=1,
+    )
+    scores = np.stack([
+        score_items(position, items)
+        for position, items in enumerate(candidates)
+    ])
+    result = metrics.summarize_sampled(scores)
+    return {'hr@10': result['hr@10'], 'ndcg@10': result['ndcg@10']}
+
+  def summary(self, history: list) -> dict:
+    evaluated = [row for row in history if 'val_hr@10' in row]
+    best = best_row(evaluated)
+    return {
+        'best_round': int(best['round']) + 1,
+        'selection': SELECTION,
+        'validation': {
+            'hr@10': best['val_hr@10'], 'ndcg@10': best['val_ndcg@10'],
+        },
+        'test': {
+            'hr@10': best['test_hr@10'], 'ndcg@10': best['test_ndcg@10'],
+            'auc': best['test_auc'],
+        },
+        'final_round_test': {
+            'hr@10': evaluated[-1]['test_hr@10'],
+            'ndcg@10': evaluated[-1]['test_ndcg@10'],
+        },
+    }
+
+  def progress(self, row: dict) -> str:
+    if 'val_hr@10' not in row:
+      return ''
+    return (f'val HR@10 {row["val_hr@10"]:.4f}  '
+            f'NDCG@10 {row["val_ndcg@10"]:.4f}')
+
+  def results_rows(self, summary: dict) -> list[tuple[str, str]]:
+    test, val = summary['test'], summary['validation']
+    return [
+        ('best round (by validation HR@10)', str(summary['best_round'])),
+        ('validation HR@10 / NDCG@10',
+         f'{val["hr@10"]:.4f} / {val["ndcg@10"]:.4f}'),
+        ('test HR@10 / NDCG@10 at best round',
+         f'{test["hr@10"]:.4f} / {test["ndcg@10"]:.4f}'),
+        ('test AUC at best round', f'{test["auc"]:.4f}'),
+    ]
+
+
+def best_row(evaluated: list) -> dict:
+  """The evaluated row of the best validation HR@10 (latest on ties)."""
+  best = evaluated[0]
+  for row in evaluated:
+    if row['val_hr@10'] >= best['val_hr@10']:
+      best = row
+  return best

@@ -1,0 +1,93 @@
+"""PFedRec's leave-one-out protocol: sampling and the reported round."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tff_fedrec.tasks import leave_one_out
+from tff_fedrec.tasks import preprocessing
+
+
+def _data(num_users=6, num_items=40, per_user=6):
+  rows = [
+      (f'u{u}', f'i{(u * 7 + k) % num_items}', 5.0, float(k))
+      for u in range(num_users)
+      for k in range(per_user)
+  ]
+  frame = pd.DataFrame(rows, columns=['user', 'item', 'rating', 'timestamp'])
+  indexed = preprocessing.index_interactions(frame)
+  return preprocessing.leave_one_out_split(
+      indexed, num_eval_negatives=5, seed=0
+  )
+
+
+def test_best_row_takes_the_latest_of_equal_validation_hr():
+  # The reference code updates the best round when val_hr >= best so far.
+  rows = [{'round': r, 'val_hr@10': v}
+          for r, v in enumerate([0.1, 0.5, 0.3, 0.5, 0.2])]
+  assert leave_one_out.best_row(rows)['round'] == 3
+
+
+def test_sample_round_is_a_function_of_seed_and_round():
+  data = _data()
+  protocol = leave_one_out.LeaveOneOut(data, clients_per_round=4, seed=5)
+  sample = lambda r: (protocol.round_input(r).users,
+                      protocol.round_input(r).user_data)
+  users_a, data_a = sample(1)
+  users_b, data_b = sample(1)
+  users_c, data_c = sample(2)
+  np.testing.assert_array_equal(users_a, users_b)
+  for a, b in zip(data_a, data_b):
+    np.testing.assert_array_equal(a['items'], b['items'])
+  assert len(users_a) == 4 and np.all(np.diff(users_a) > 0)
+  assert not all(
+      np.array_equal(a['items'], c['items']) for a, c in zip(data_a, data_c)
+  ) or not np.array_equal(users_a, users_c)
+
+
+def test_sample_round_gives_each_user_its_positives_and_four_negatives():
+  data = _data()
+  round_input = leave_one_out.LeaveOneOut(
+      data, clients_per_round=data.num_users).round_input(0)
+  users, client_data = round_input.users, round_input.user_data
+  examples = round_input.examples
+  np.testing.assert_array_equal(users, np.arange(data.num_users))
+  for user, example in zip(users, client_data):
+    positives = data.train_items[
+        data.train_offsets[user] : data.train_offsets[user + 1]
+    ]
+    interacted = data.interacted_items[
+        data.interacted_offsets[user] : data.interacted_offsets[user + 1]
+    ]
+    labels = example['labels']
+    assert labels.sum() == positives.size
+    assert labels.size == 5 * positives.size
+    assert sorted(example['items'][labels == 1]) == sorted(positives)
+    assert not np.isin(example['items'][labels == 0], interacted).any()
+    assert example['items'].dtype == np.int32
+    assert example['seed'].shape == (2,)
+    # The client data is the user's segment of the round's examples.
+    np.testing.assert_array_equal(
+        example['items'],
+        examples.items[examples.offsets[user]:examples.offsets[user + 1]],
+    )
+
+
+def test_summary_reports_test_metrics_at_the_best_validation_round():
+  rows = [
+      {'round': 0, 'train_loss': 1.0},
+      {'round': 1, 'val_hr@10': 0.4, 'val_ndcg@10': 0.2, 'test_hr@10': 0.3,
+       'test_ndcg@10': 0.1, 'test_auc': 0.6},
+      {'round': 2, 'val_hr@10': 0.3, 'val_ndcg@10': 0.1, 'test_hr@10': 0.5,
+       'test_ndcg@10': 0.3, 'test_auc': 0.7},
+  ]
+  summary = leave_one_out.LeaveOneOut(
+      _data(), clients_per_round=2).summary(rows)
+  assert summary['best_round'] == 2  # 1-based: the row of round 1.
+  assert summary['test'] == {'hr@10': 0.3, 'ndcg@10': 0.1, 'auc': 0.6}
+  assert summary['final_round_test'] == {'hr@10': 0.5, 'ndcg@10': 0.3}
+
+
+def test_too_many_clients_per_round_are_refused():
+  with pytest.raises(ValueError, match=r'clients_per_round must be in \[1, 6\]'):
+    leave_one_out.LeaveOneOut(_data(), clients_per_round=7)

@@ -1,0 +1,81 @@
+"""An evaluation protocol: how a run's data is split, which users train each
+round on which examples, and how a method's models are scored.
+
+The one training loop (`programs/training_loop`) is driven by a protocol:
+
+  data          the split (loaded by `load`);
+  round_input   the round's users, their training examples (negatives
+                drawn seeded by (seed, round), so a resumed run draws what
+                an uninterrupted one would) and seeds: a
+                `method.RoundInput`;
+  evaluate      the method's models scored (`method.Method.score`) into
+                the metrics of one evaluation, flat in the round's history
+                row;
+  summary       the reported result from the history, and which round it
+                comes from;
+  test_metrics  the test metrics of any scorer (an exported model's file);
+  progress      the evaluation's part of a progress line;
+  results_rows  the protocol's rows of the printed results table.
+
+  LeaveOneOut   PFedRec Sec. 6.1 (`leave_one_out`): the latest item of
+                each user is its test item, the second latest its
+                validation item, each ranked among 99 sampled negatives;
+                HR@10 / NDCG@10 at the round of best validation HR@10.
+  RandomSplit   HeteFedRec Sec. V.A (`random_split`): 80/20 per user;
+                Recall@20 / NDCG@20 by full ranking over each user's
+                non-training items, overall and per tier, after the last
+                round.
+
+RF²'s click-through protocol is a third one of these.
+"""
+
+import abc
+
+from tff_fedrec.algorithms import method as method_lib
+
+
+class Protocol(abc.ABC):
+  """The interface of the module docstring.
+
+  Attributes:
+    name: 'leave_one_out' or 'random_split'.
+    data: The split data; it has num_users, num_items, user_ids, item_ids,
+      train_offsets and train_items.
+    clients_per_round: Users per round.
+    default_eval_every: Rounds between evaluations unless the run says.
+  """
+
+  name: str
+  data: object
+  clients_per_round: int
+  default_eval_every: int = 1
+
+  def run_data(self, user_tiers=None) -> method_lib.RunData:
+    """What a method is told of the data (`method.RunData`)."""
+    return method_lib.RunData.of(self.data, user_tiers)
+
+  @abc.abstractmethod
+  def round_input(self, round_num: int) -> method_lib.RoundInput:
+    """Round `round_num`'s users and examples."""
+
+  @abc.abstractmethod
+  def evaluate(self, method, server_state, store) -> dict:
+    """One evaluation of every user's model: a flat dict of floats (and,
+    for per-tier figures, nested dicts)."""
+
+  @abc.abstractmethod
+  def test_metrics(self, users, score_items) -> dict:
+    """The test metrics of `users` scored by `score_items(position in
+    users, item ids) -> scores` (an exported model, say)."""
+
+  @abc.abstractmethod
+  def summary(self, history: list) -> dict:
+    """The reported result: the summary's protocol fields."""
+
+  @abc.abstractmethod
+  def progress(self, row: dict) -> str:
+    """The evaluation's part of a progress line ('' if none)."""
+
+  @abc.abstractmethod
+  def results_rows(self, summary: dict) -> list[tuple[str, str]]:
+    """(name, value) rows of the results table."""

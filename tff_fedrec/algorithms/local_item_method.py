@@ -1,0 +1,231 @@
+"""The `method.Method` of every local-item-training method.
+
+PFedRec, FedMF, FedNCF, FedRAS and its baselines differ in their model
+(`models.RecommenderSpec`), local training and exchange
+(`exchanges`); their process is `local_item_training.build_process` and
+their driver this one:
+
+  store    one partition; each user's local parameters (and the exchange's
+           state: FedRAS's item-table copy), and with dual personalization
+           the item rows it fine-tuned;
+  round    the users grouped U per TFF client (`templates.user_groups`),
+           each group's data with the exchange's per-user fields
+           (bandwidth e_u);
+  bytes    the exchange's accounting, every round;
+  scores   each user's own model: its local parameters, its fine-tuned
+           rows where it has them, and the server's global parameters
+           (`evaluation.score_candidates`), as PFedRec's reference code
+           evaluates `client_model_params[user]`; FedRAS scores with the
+           server's Q and theta and each p_u.
+
+Example:
+  >>> method = build_method(spec, training, exchanges.BroadcastExchange(N),
+  ...                       data=run_data, seed=0)
+  >>> method.spec.local_keys
+"""
+
+import collections
+import dataclasses
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_fedrec import client_state_store
+from tff_fedrec import evaluation
+from tff_fedrec import models
+from tff_fedrec.algorithms import local_item_training
+from tff_fedrec.algorithms import method
+from tff_fedrec.templates import user_groups
+
+
+SINGLE_TIER = 'single'
+
+
+def _numpy(structure):
+  return tf.nest.map_structure(np.asarray, structure)
+
+
+def on_device_tier_model(
+    spec: models.RecommenderSpec, global_params, initial_parameters, store,
+) -> method.OnDeviceModel:
+  """The global model a new phone downloads: the aggregated item table and
+  the global score layers (PFedRec, whose score function is personal: the
+  initial one, where a new device starts); it takes the user's own
+  embedding as input where the model has one."""
+  global_params = _numpy(global_params)
+  params = collections.OrderedDict(
+      item_embedding=global_params['item_embedding']
+  )
+  if spec.has_score_layers:
+    source = (global_params if 'score_layers' in spec.global_keys
+              else initial_parameters)
+    params['score_layers'] = _numpy(source['score_layers'])
+  users = np.arange(store.num_users)
+  vectors = None
+  if spec.has_user_embedding:
+    vectors = np.asarray(
+        store.stacked_local_parameters(users)['user_embedding'], np.float32
+    )
+  return method.OnDeviceModel(
+      tier=SINGLE_TIER, user=None, architecture=spec.architecture,
+      params=params, eval_users=users, eval_user_vectors=vectors,
+  )
+
+
+def on_device_user_model(
+    spec: models.RecommenderSpec, global_params, store, user: int,
+) -> method.OnDeviceModel:
+  """User `user`'s model: its fine-tuned rows over the global table, its
+  score layers and user embedding."""
+  global_params = _numpy(global_params)
+  local = tf.nest.map_structure(
+      lambda leaf: np.asarray(leaf)[0],
+      store.stacked_local_parameters(np.array([user])),
+  )
+  params = collections.OrderedDict(
+      item_embedding=store.item_vectors(
+          np.array([user]), np.arange(spec.num_items)[None],
+          global_params['item_embedding'].copy(),
+      )[0]
+  )
+  if spec.has_score_layers:
+    source = local if 'score_layers' in spec.local_keys else global_params
+    params['score_layers'] = _numpy(source['score_layers'])
+  if spec.has_user_embedding:
+    params['user_embedding'] = np.asarray(local['user_embedding'], np.float32)
+  return method.OnDeviceModel(
+      tier=SINGLE_TIER, user=user, architecture=spec.architecture,
+      params=params, eval_users=np.array([user]),
+  )
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalItemMethod(method.Method):
+  """A local-item-training method (module docstring).
+
+  Attributes:
+    spec: The model and which of its parameters are global / client-local.
+    training: The local training.
+    exchange: The `exchanges` exchange.
+    initial_parameters: Initial values of all parameters (numpy).
+    process: `local_item_training.build_process`'s process.
+    num_users: The users of the store.
+  """
+
+  spec: models.RecommenderSpec
+  training: local_item_training.ClientTrainingConfig
+  exchange: object
+  initial_parameters: models.Parameters
+  process: tff.templates.IterativeProcess
+  num_users: int
+
+  @property
+  def initial_client_state(self):
+    return local_item_training.initial_client_state(
+        self.spec, self.initial_parameters, self.exchange
+    )
+
+  def initial_store(self) -> client_state_store.ClientStateStore:
+    return client_state_store.ClientStateStore(
+        self.num_users, self.initial_client_state
+    )
+
+  def global_parameters(self, server_state):
+    return server_state['global_parameters']
+
+  def run_round(self, server_state, store, round_input, *,
+                users_per_client: int = 1) -> method.RoundResult:
+    users = np.asarray(round_input.users)
+    fields = self.exchange.client_fields(users)
+
+    def group_data(positions):
+      data = user_groups.group_client_data(
+          [round_input.user_data[p] for p in positions]
+      )
+      for key, values in fields.items():
+        data[key] = values[positions]
+      return data
+
+    server_state, metrics = user_groups.run_round(
+        self.process, server_state, store, users, round_input.user_data,
+        users_per_group=users_per_client, make_group_data=group_data,
+    )
+    sent = self.exchange.round_bytes(
+        self.spec, self.initial_parameters, metrics, len(users)
+    )
+    return method.RoundResult(
+        server_state=server_state,
+        metrics={
+            'train_loss': float(metrics['train_loss']),
+            **{key: float(value) for key, value in sent._asdict().items()},
+        },
+    )
+
+  def score(self, server_state, store, users, candidates=None):
+    users = np.asarray(users)
+    if candidates is None:
+      candidates = np.broadcast_to(
+          np.arange(self.spec.num_items), [users.size, self.spec.num_items]
+      )
+    return evaluation.score_candidates(
+        self.spec, self.global_parameters(server_state), store,
+        np.asarray(candidates), users=users,
+    )
+
+  def summary_fields(self, server_state, store, history):
+    del server_state
+    return method.bytes_summary(history, store)
+
+  def on_device_tiers(self) -> list[str]:
+    return [SINGLE_TIER]
+
+  def on_device_tier_model(self, server_state, store, tier):
+    del tier  # One size.
+    return on_device_tier_model(
+        self.spec, self.global_parameters(server_state),
+        self.initial_parameters, store,
+    )
+
+  def on_device_user_model(self, server_state, store, user):
+    return on_device_user_model(
+        self.spec, self.global_parameters(server_state), store, user
+    )
+
+  def config_summary(self) -> dict:
+    return {
+        'training': dataclasses.asdict(self.training),
+        'embedding_dim': self.spec.embedding_dim,
+        'hidden_units': list(self.spec.hidden_units),
+        'exchange': self.exchange.describe(self.num_users),
+    }
+
+  def description(self) -> str:
+    return (f'item learning rate {self.training.item_learning_rate:g}; '
+            f'exchange: {self.exchange.description(self.num_users)}.')
+
+
+def build_method(
+    spec: models.RecommenderSpec,
+    training: local_item_training.ClientTrainingConfig,
+    exchange,
+    *,
+    data: method.RunData,
+    seed: int,
+    item_aggregator: Optional[object] = None,
+    model_aggregator: Optional[object] = None,
+) -> LocalItemMethod:
+  """A `LocalItemMethod` with initial parameters seeded by `seed`."""
+  params = models.initial_parameters(spec, seed)
+  return LocalItemMethod(
+      spec=spec,
+      training=training,
+      exchange=exchange,
+      initial_parameters=params,
+      process=local_item_training.build_process(
+          spec, params, training, exchange,
+          item_aggregator=item_aggregator, model_aggregator=model_aggregator,
+      ),
+      num_users=data.num_users,
+  )

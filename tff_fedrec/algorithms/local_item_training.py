@@ -1,0 +1,275 @@
+"""Methods whose clients train their own item rows with local SGD.
+
+PFedRec (Zhang et al., IJCAI 2023), FedMF, FedNCF and, through their
+exchange, FedRAS and its compression baselines are one process:
+`composer.compose_client_state_process` with
+
+  distributor  the exchange's (`exchanges`): a broadcast of the global
+               parameters, or FedRAS's compressed downlink;
+  client work  `build_client_work`: ClientUpdate of PFedRec's Algorithm 1
+               (`local_training.train_users_locally`, alternating with dual
+               personalization, joint otherwise) on a compact table holding
+               only the T rows of the items in the user's data (Sec. 4.3,
+               "Efficient on-device update"), so no client operation
+               touches the whole [N, d] table; the rows start from the
+               broadcast table or the client's own copy (the exchange);
+  aggregator   `aggregators.keyed.KeyedFactory(item=the exchange's
+               factory, dense=tff.aggregators.MeanFactory())`, weighted by
+               the users of each TFF client;
+  finalizer    `finalizers.ApplyDelta`: global + the aggregated deltas
+               (Algorithm 1, ServerExecute line 6; FedRAS Sec. 4.4), or,
+               for FedRAS-E, trained rows replaced.
+
+One TFF client simulates a group of U users (`templates.user_groups`; U =
+1 is one device per client): each user trains on its own copy of the
+parameters and the group uploads the mean of its users' uploads with
+weight U, so a round's result does not depend on the grouping.
+
+Types (`composer` gives S and M):
+
+  L = the users' client-local parameters (score function, user
+      embedding), leading dim [U], plus the exchange's state (FedRAS:
+      item_copy [U, N, d], synced_round [U])
+  C = <local_parameters: L, personal_item_ids int32[U, T],
+       personal_item_rows float32[U, T, d]> (T = 0 without dual
+       personalization), what the program stores per user; only L goes
+       into `next`: a round starts from the global item rows (Algorithm 1,
+       ClientUpdate line 1), so last round's fine-tuned rows are read only
+       for inference
+  D = `client_data_type(exchange)` (see `templates.user_groups`)
+  upload = <update=<item, [dense]>, weight=U, metrics=<loss_sum,
+            num_examples, exchange's metrics>>
+"""
+
+import collections
+import dataclasses
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_fedrec import local_training
+from tff_fedrec import models
+from tff_fedrec.aggregators import keyed
+from tff_fedrec.templates import composer
+from tff_fedrec.templates import finalizers
+from tff_fedrec.templates import two_phase
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientTrainingConfig:
+  """Hyperparameters of the local training (PFedRec Sec. 6.2 defaults).
+
+  Attributes:
+    learning_rate: SGD step of user embeddings and dense layers.
+    item_learning_rate: SGD step of item embedding rows (the reference
+      code uses learning_rate * num_items * 80, docs/methods/pfedrec.md).
+    batch_size: Minibatch size B.
+    local_epochs: Local epochs E.
+    dual_personalization: Alternating updates and personal item rows (Sec
+      4.2).
+  """
+
+  learning_rate: float = 0.1
+  item_learning_rate: float = 0.1 * 1682 * 80
+  batch_size: int = 256
+  local_epochs: int = 1
+  dual_personalization: bool = True
+
+  def __post_init__(self):
+    for name in ('batch_size', 'local_epochs'):
+      if getattr(self, name) < 1:
+        raise ValueError(f'{name} must be at least 1; got '
+                         f'{getattr(self, name)}.')
+
+
+def client_data_type(exchange) -> collections.OrderedDict:
+  """D: the data of one TFF client's group of U users (`user_groups`),
+  with each user's bandwidth e_u when the exchange has one."""
+  data_type = collections.OrderedDict(
+      row_ids=tff.TensorType(np.int32, [None, None]),
+      num_rows=tff.TensorType(np.int32, [None]),
+      items=tff.TensorType(np.int32, [None, None]),
+      labels=tff.TensorType(np.float32, [None, None]),
+      num_examples=tff.TensorType(np.int32, [None]),
+      seeds=tff.TensorType(np.int64, [None, 2]),
+  )
+  if exchange.uses_bandwidth:
+    data_type['bandwidth'] = tff.TensorType(np.int32, [None])
+  return data_type
+
+
+def _type_of(structure, leading=()) -> tff.Type:
+  return tff.to_type(tf.nest.map_structure(
+      lambda leaf: tff.TensorType(
+          np.asarray(leaf).dtype.type, [*leading, *np.shape(leaf)]
+      ),
+      structure,
+  ))
+
+
+def initial_local_state(
+    spec: models.RecommenderSpec, params: models.Parameters, exchange
+) -> collections.OrderedDict:
+  """One user's L before its first round (numpy): the server's initial
+  local parameters, as in the reference code (Algorithm 1, ServerExecute
+  line 1), and the exchange's state."""
+  _, local_params = models.split_parameters(spec, params)
+  state = collections.OrderedDict(local_params)
+  state.update(exchange.local_state(params['item_embedding']))
+  return state
+
+
+def initial_client_state(
+    spec: models.RecommenderSpec, params: models.Parameters, exchange
+) -> collections.OrderedDict:
+  """C of a user that has not trained yet: L and no personal rows."""
+  return collections.OrderedDict(
+      local_parameters=initial_local_state(spec, params, exchange),
+      personal_item_ids=np.zeros([0], np.int32),
+      personal_item_rows=np.zeros([0, spec.embedding_dim], np.float32),
+  )
+
+
+def build_client_work(
+    spec: models.RecommenderSpec,
+    initial_params: models.Parameters,
+    training: ClientTrainingConfig,
+    exchange,
+    broadcast_type: tff.Type,
+) -> composer.ClientWork:
+  """The client work of the module docstring."""
+  dense_keys = tuple(k for k in spec.global_keys if k != 'item_embedding')
+  local_type = _type_of(
+      initial_local_state(spec, initial_params, exchange), leading=[None]
+  )
+  data_type = tff.to_type(client_data_type(exchange))
+
+  @tff.tensorflow.computation(broadcast_type, local_type, data_type)
+  def client_update(broadcast, local, data):
+    num_users = tf.shape(data['num_examples'])[0]
+    global_params = broadcast['global_parameters']
+    per_user = lambda v: tf.repeat(tf.expand_dims(v, 0), num_users, axis=0)
+    start = tf.nest.map_structure(
+        per_user,
+        collections.OrderedDict((k, global_params[k]) for k in dense_keys),
+    )
+    start['item_embedding'], kept, exchange_metrics = exchange.start_rows(
+        broadcast, local, data
+    )
+    own = collections.OrderedDict((k, local[k]) for k in spec.local_keys)
+    result = local_training.train_users_locally(
+        spec,
+        models.merge_parameters(spec, start, own),
+        data['items'],
+        data['labels'],
+        data['num_examples'],
+        batch_size=training.batch_size,
+        local_epochs=training.local_epochs,
+        learning_rate=training.learning_rate,
+        item_learning_rate=training.item_learning_rate,
+        alternating=training.dual_personalization,
+        shuffle_seeds=data['seeds'],
+        item_gradient_maps=exchange.gradient_maps(
+            data, broadcast['round_num'], spec.embedding_dim
+        ),
+    )
+    new_global, new_local = models.split_parameters(spec, result.parameters)
+    trained_rows = new_global['item_embedding']
+    update = collections.OrderedDict(
+        item=exchange.item_upload(
+            data, start['item_embedding'], trained_rows,
+            broadcast['round_num'],
+        )
+    )
+    if dense_keys:
+      update['dense'] = collections.OrderedDict(
+          (k, tf.nest.map_structure(
+              lambda new, old: tf.reduce_mean(new - old, axis=0),
+              new_global[k], start[k],
+          ))
+          for k in dense_keys
+      )
+    if training.dual_personalization:
+      personal_ids, personal_rows = data['row_ids'], trained_rows
+    else:
+      personal_ids = tf.zeros([num_users, 0], tf.int32)
+      personal_rows = tf.zeros([num_users, 0, spec.embedding_dim], tf.float32)
+    new_local.update(kept)
+    new_state = collections.OrderedDict(
+        local_parameters=new_local,
+        personal_item_ids=personal_ids,
+        personal_item_rows=personal_rows,
+    )
+    metrics = collections.OrderedDict(
+        loss_sum=tf.reduce_sum(result.loss_sum),
+        num_examples=tf.cast(tf.reduce_sum(result.num_examples), tf.float32),
+        **exchange_metrics,
+    )
+    return new_state, collections.OrderedDict(
+        update=update, weight=tf.cast(num_users, tf.float32), metrics=metrics
+    )
+
+  return composer.ClientWork(client_update)
+
+
+def build_process(
+    spec: models.RecommenderSpec,
+    initial_params: models.Parameters,
+    training: ClientTrainingConfig,
+    exchange,
+    *,
+    item_aggregator: Optional[object] = None,
+    model_aggregator: Optional[
+        tff.aggregators.WeightedAggregationFactory] = None,
+) -> two_phase.TwoPhaseProcess:
+  """Builds the process of the module docstring.
+
+  Args:
+    spec: The model and its global / local declaration.
+    initial_params: Initial parameters (`models.initial_parameters`).
+    training: Local training hyperparameters.
+    exchange: An `exchanges` exchange.
+    item_aggregator: Aggregates the item uploads (the exchange's
+      `item_upload_type`); None means the exchange's `item_factory()`.
+    model_aggregator: Aggregates the deltas of the other global parameters
+      (FedNCF's shared MLP), weighted by users; None means
+      `tff.aggregators.MeanFactory()`.
+  """
+  global_init, _ = models.split_parameters(spec, initial_params)
+  dense_keys = tuple(k for k in spec.global_keys if k != 'item_embedding')
+
+  @tff.tensorflow.computation
+  def initial_global_parameters():
+    return tf.nest.map_structure(tf.constant, global_init)
+
+  inner = collections.OrderedDict(
+      item=item_aggregator or exchange.item_factory()
+  )
+  update_type = collections.OrderedDict(
+      item=exchange.item_upload_type(spec.embedding_dim)
+  )
+  if dense_keys:
+    inner['dense'] = model_aggregator or tff.aggregators.MeanFactory()
+    update_type['dense'] = _type_of(
+        collections.OrderedDict((k, global_init[k]) for k in dense_keys)
+    )
+  distributor = exchange.distributor
+  broadcast_type = distributor.received_type(
+      initial_global_parameters.type_signature.result
+  )
+  return composer.compose_client_state_process(
+      initial_global_parameters=initial_global_parameters,
+      distributor=distributor,
+      client_work=build_client_work(
+          spec, initial_params, training, exchange, broadcast_type
+      ),
+      aggregator=keyed.KeyedFactory(inner).create(
+          tff.to_type(update_type), tff.TensorType(np.float32)
+      ),
+      finalizer=finalizers.ApplyDelta(
+          replaces_trained_rows=exchange.replaces_trained_rows
+      ),
+  )
+

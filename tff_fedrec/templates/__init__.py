@@ -1,0 +1,1 @@
+"""TFF roles a method is composed of: composer, distributors, finalizers, the two-phase process, user groups."""
