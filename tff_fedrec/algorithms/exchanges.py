@@ -257,11 +257,15 @@ class BroadcastOptions:
   options take)."""
 
   ldp_noise_scale: float = 0.0
+  reference_embedding_dim: Optional[int] = None
 
   def build(self, *, num_items: int, embedding_dim: int, seed: int,
             user_tiers=None) -> BroadcastExchange:
     del embedding_dim, seed, user_tiers
-    return BroadcastExchange(num_items, ldp_noise_scale=self.ldp_noise_scale)
+    return BroadcastExchange(
+        num_items, ldp_noise_scale=self.ldp_noise_scale,
+        reference_embedding_dim=self.reference_embedding_dim,
+    )
 
 
 def kmeans_seeds(seeds) -> tf.Tensor:

@@ -32,7 +32,6 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_fedrec import client_state_store
-from tff_fedrec import evaluation
 from tff_fedrec import models
 from tff_fedrec import reconstruction
 from tff_fedrec.algorithms import exchanges
@@ -78,7 +77,7 @@ def _keras_model(params: models.Parameters):
 
 
 @dataclasses.dataclass(frozen=True)
-class ReconstructionMethod(method.Method):
+class ReconstructionMethod(local_item_method.ItemTableMethod):
   """A built FedRecon method (a `method.Method`).
 
   `process` is a `tff.learning.templates.LearningProcess`:
@@ -185,39 +184,9 @@ class ReconstructionMethod(method.Method):
         },
     )
 
-  def score(self, server_state, store, users, candidates=None):
-    users = np.asarray(users)
-    if candidates is None:
-      candidates = np.broadcast_to(
-          np.arange(self.spec.num_items), [users.size, self.spec.num_items]
-      )
-    return evaluation.score_candidates(
-        self.spec, self.global_parameters(server_state), store,
-        np.asarray(candidates), users=users,
-    )
-
-  def summary_fields(self, server_state, store, history):
-    del server_state
-    return method.bytes_summary(history, store)
-
   def config_summary(self) -> dict:
     return {'training': dataclasses.asdict(self.training),
             'embedding_dim': self.spec.embedding_dim}
-
-  def on_device_tiers(self) -> list[str]:
-    return [local_item_method.SINGLE_TIER]
-
-  def on_device_tier_model(self, server_state, store, tier):
-    del tier  # One size.
-    return local_item_method.on_device_tier_model(
-        self.spec, self.global_parameters(server_state),
-        self.initial_parameters, store,
-    )
-
-  def on_device_user_model(self, server_state, store, user):
-    return local_item_method.on_device_user_model(
-        self.spec, self.global_parameters(server_state), store, user
-    )
 
 
 def build_fedrecon(

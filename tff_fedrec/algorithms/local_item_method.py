@@ -19,7 +19,7 @@ their driver this one:
            server's Q and theta and each p_u.
 
 Example:
-  >>> method = build_method(spec, training, exchanges.BroadcastExchange(N),
+  >>> method = build_method(spec, training, exchanges.BroadcastOptions(),
   ...                       data=run_data, seed=0)
   >>> method.spec.local_keys
 """
@@ -101,67 +101,18 @@ def on_device_user_model(
   )
 
 
-@dataclasses.dataclass(frozen=True)
-class LocalItemMethod(method.Method):
-  """A local-item-training method (module docstring).
-
-  Attributes:
-    spec: The model and which of its parameters are global / client-local.
-    training: The local training.
-    exchange: The `exchanges` exchange.
-    initial_parameters: Initial values of all parameters (numpy).
-    process: `local_item_training.build_process`'s process.
-    num_users: The users of the store.
-  """
+class ItemTableMethod(method.Method):
+  """What every method whose users score with the global item table, their
+  fine-tuned rows and their local parameters shares (`LocalItemMethod`,
+  `fedrecon.ReconstructionMethod`): scores, the bytes summary and the
+  on-device models. A subclass has `spec`, `initial_parameters` and
+  `global_parameters(server_state)`."""
 
   spec: models.RecommenderSpec
-  training: local_item_training.ClientTrainingConfig
-  exchange: object
   initial_parameters: models.Parameters
-  process: tff.templates.IterativeProcess
-  num_users: int
-
-  @property
-  def initial_client_state(self):
-    return local_item_training.initial_client_state(
-        self.spec, self.initial_parameters, self.exchange
-    )
-
-  def initial_store(self) -> client_state_store.ClientStateStore:
-    return client_state_store.ClientStateStore(
-        self.num_users, self.initial_client_state
-    )
 
   def global_parameters(self, server_state):
     return server_state['global_parameters']
-
-  def run_round(self, server_state, store, round_input, *,
-                users_per_client: int = 1) -> method.RoundResult:
-    users = np.asarray(round_input.users)
-    fields = self.exchange.client_fields(users)
-
-    def group_data(positions):
-      data = user_groups.group_client_data(
-          [round_input.user_data[p] for p in positions]
-      )
-      for key, values in fields.items():
-        data[key] = values[positions]
-      return data
-
-    server_state, metrics = user_groups.run_round(
-        self.process, server_state, store, users, round_input.user_data,
-        users_per_group=users_per_client, make_group_data=group_data,
-    )
-    sent = self.exchange.round_bytes(
-        self.spec, self.initial_parameters, metrics, len(users)
-    )
-    return method.RoundResult(
-        server_state=server_state,
-        metrics={
-            'train_loss': float(metrics['train_loss']),
-            **{key: float(value) for key, value in sent._asdict().items()},
-        },
-    )
 
   def score(self, server_state, store, users, candidates=None):
     users = np.asarray(users)
@@ -193,6 +144,66 @@ class LocalItemMethod(method.Method):
         self.spec, self.global_parameters(server_state), store, user
     )
 
+
+@dataclasses.dataclass(frozen=True)
+class LocalItemMethod(ItemTableMethod):
+  """A local-item-training method (module docstring).
+
+  Attributes:
+    spec: The model and which of its parameters are global / client-local.
+    training: The local training.
+    exchange: The `exchanges` exchange.
+    initial_parameters: Initial values of all parameters (numpy).
+    process: `local_item_training.build_process`'s process.
+    num_users: The users of the store.
+  """
+
+  spec: models.RecommenderSpec
+  training: local_item_training.ClientTrainingConfig
+  exchange: object
+  initial_parameters: models.Parameters
+  process: tff.templates.IterativeProcess
+  num_users: int
+
+  @property
+  def initial_client_state(self):
+    return local_item_training.initial_client_state(
+        self.spec, self.initial_parameters, self.exchange
+    )
+
+  def initial_store(self) -> client_state_store.ClientStateStore:
+    return client_state_store.ClientStateStore(
+        self.num_users, self.initial_client_state
+    )
+
+  def run_round(self, server_state, store, round_input, *,
+                users_per_client: int = 1) -> method.RoundResult:
+    users = np.asarray(round_input.users)
+    fields = self.exchange.client_fields(users)
+
+    def group_data(positions):
+      data = user_groups.group_client_data(
+          [round_input.user_data[p] for p in positions]
+      )
+      for key, values in fields.items():
+        data[key] = values[positions]
+      return data
+
+    server_state, metrics = user_groups.run_round(
+        self.process, server_state, store, users, round_input.user_data,
+        users_per_group=users_per_client, make_group_data=group_data,
+    )
+    sent = self.exchange.round_bytes(
+        self.spec, self.initial_parameters, metrics, len(users)
+    )
+    return method.RoundResult(
+        server_state=server_state,
+        metrics={
+            'train_loss': float(metrics['train_loss']),
+            **{key: float(value) for key, value in sent._asdict().items()},
+        },
+    )
+
   def config_summary(self) -> dict:
     return {
         'training': dataclasses.asdict(self.training),
@@ -216,7 +227,13 @@ def build_method(
     item_aggregator: Optional[object] = None,
     model_aggregator: Optional[object] = None,
 ) -> LocalItemMethod:
-  """A `LocalItemMethod` with initial parameters seeded by `seed`."""
+  """A `LocalItemMethod` of `spec` with initial parameters seeded by
+  `seed`; `exchange` is an exchange's options (`exchanges.BroadcastOptions`,
+  `fedras.exchange.FedRASOptions`, ...), built for `spec` and `data`."""
+  exchange = exchange.build(
+      num_items=spec.num_items, embedding_dim=spec.embedding_dim, seed=seed,
+      user_tiers=data.user_tiers,
+  )
   params = models.initial_parameters(spec, seed)
   return LocalItemMethod(
       spec=spec,

@@ -43,9 +43,6 @@ def build_pfedrec(
       personal_score_layers=True,
   )
   return local_item_method.build_method(
-      spec, training,
-      exchange.build(num_items=data.num_items, embedding_dim=embedding_dim,
-                     seed=seed, user_tiers=data.user_tiers),
-      data=data, seed=seed, item_aggregator=item_aggregator,
-      model_aggregator=model_aggregator,
+      spec, training, exchange, data=data, seed=seed,
+      item_aggregator=item_aggregator, model_aggregator=model_aggregator,
   )

@@ -86,13 +86,10 @@ def build_fedras(
   _check_training(training)
   if ablation is not None:
     exchange = dataclasses.replace(exchange, ablation=ablation)
-  spec = model_spec(model, data.num_items, embedding_dim, hidden_units)
   return local_item_method.build_method(
-      spec, training,
-      exchange.build(num_items=data.num_items, embedding_dim=embedding_dim,
-                     seed=seed, user_tiers=data.user_tiers),
-      data=data, seed=seed, item_aggregator=item_aggregator,
-      model_aggregator=model_aggregator,
+      model_spec(model, data.num_items, embedding_dim, hidden_units),
+      training, exchange, data=data, seed=seed,
+      item_aggregator=item_aggregator, model_aggregator=model_aggregator,
   )
 
 
@@ -115,13 +112,10 @@ def build_codec_baseline(
   exchange = dataclasses.replace(
       exchange or exchange_lib.CodecBaselineOptions(scheme), scheme=scheme
   )
-  spec = model_spec(model, data.num_items, embedding_dim, hidden_units)
   return local_item_method.build_method(
-      spec, training,
-      exchange.build(num_items=data.num_items, embedding_dim=embedding_dim,
-                     seed=seed),
-      data=data, seed=seed, item_aggregator=item_aggregator,
-      model_aggregator=model_aggregator,
+      model_spec(model, data.num_items, embedding_dim, hidden_units),
+      training, exchange, data=data, seed=seed,
+      item_aggregator=item_aggregator, model_aggregator=model_aggregator,
   )
 
 
@@ -165,9 +159,7 @@ def build_base_small_dim(
   )
   return local_item_method.build_method(
       spec, training,
-      exchanges.BroadcastExchange(
-          data.num_items, reference_embedding_dim=embedding_dim
-      ),
+      exchanges.BroadcastOptions(reference_embedding_dim=embedding_dim),
       data=data, seed=seed, item_aggregator=item_aggregator,
       model_aggregator=model_aggregator,
   )
