@@ -128,10 +128,40 @@ def stop_worker(process: subprocess.Popen) -> None:
       process.wait()
 
 
+# How long a worker address may refuse connections (nothing listens there)
+# before the start fails, when the timeout is longer: a worker being started
+# listens within about 0.1 s.
+_REFUSED_SECONDS = 5.0
+
+
+def _refuses_connections(address: str) -> bool:
+  """Whether nothing listens at HOST:PORT (the connection is refused)."""
+  host, _, port = address.rpartition(':')
+  try:
+    with socket.create_connection((host.strip('[]'), int(port)), timeout=1):
+      return False
+  except ConnectionRefusedError:
+    return True
+  except OSError:  # Unreachable or slow: gRPC's own wait decides.
+    return False
+
+
 def _wait_until_ready(stub, address: str, timeout_seconds: float) -> None:
-  deadline = time.monotonic() + timeout_seconds
+  start = time.monotonic()
+  refused_since = None
   while not stub.is_ready:
-    if time.monotonic() > deadline:
+    now = time.monotonic()
+    if _refuses_connections(address):
+      refused_since = refused_since or now
+      if now - refused_since >= min(_REFUSED_SECONDS, timeout_seconds):
+        raise WorkerStartError(
+            f'Nothing listens at {address}: the connection was refused for '
+            f'{now - refused_since:.0f} s. Start the worker there (`python -m '
+            'tff_fedrec.programs.worker --port=PORT`), or fix --workers.'
+        )
+    else:
+      refused_since = None
+    if now - start > timeout_seconds:
       raise WorkerStartError(
           f'The TFF worker at {address} did not answer within '
           f'{timeout_seconds:.0f} s. Check that it is running '

@@ -59,6 +59,20 @@ def test_an_executor_that_does_not_answer_gives_a_clear_error():
     )
 
 
+def test_an_address_nobody_listens_at_fails_before_the_timeout(monkeypatch):
+  # Refused connections end the wait after _REFUSED_SECONDS, not after the
+  # (here one-minute) timeout for a worker that is slow to answer.
+  monkeypatch.setattr(execution, '_REFUSED_SECONDS', 0.2)
+  with socket.socket() as sock:
+    sock.bind(('127.0.0.1', 0))
+    port = sock.getsockname()[1]
+  with pytest.raises(execution.WorkerStartError,
+                     match=f'Nothing listens at 127.0.0.1:{port}'):
+    execution.make_remote_context(
+        f'127.0.0.1:{port}', ready_timeout_seconds=60.0
+    )
+
+
 def test_a_worker_that_dies_interrupts_the_waiting_computation():
   with pytest.raises(execution.WorkerDiedError, match='SIGKILL'):
     with execution.worker_execution_context() as pid:

@@ -50,8 +50,26 @@ _EVAL_USERS = flags.DEFINE_integer(
 )
 
 
+# Training flags `export` takes on its command line, over the run's own: where
+# the run is, and where its data is now (files move).
+_DATA_LOCATION_FLAGS = ('root_dir', 'data_path', 'cache_dir')
+
+
 def _load_run_flags(root_dir: str) -> None:
-  """Sets the training flags to the run's (from run.flags)."""
+  """Sets the training flags to the run's (from run.flags), but for the
+  data location given on the command line; refuses any other training flag
+  given there, which the run's own would silently replace."""
+  given = {
+      name: flags.FLAGS[name].value for name in training_program.known_flags()
+      if flags.FLAGS[name].present
+  }
+  for name in sorted(set(given) - set(_DATA_LOCATION_FLAGS)):
+    raise exported_models.ExportError(
+        f'--{name} is a training flag: export rebuilds the run from the flags '
+        f'it was trained with ({root_dir}/{training_program.RUN_FLAGS_FILE}). '
+        'Drop it; only --data_path and --cache_dir may be given, when the '
+        'data moved.'
+    )
   path = os.path.join(root_dir, training_program.RUN_FLAGS_FILE)
   if not os.path.isfile(path):
     raise exported_models.ExportError(
@@ -61,7 +79,10 @@ def _load_run_flags(root_dir: str) -> None:
     )
   args = flags.FLAGS.read_flags_from_files([f'--flagfile={path}'])
   flags.FLAGS([sys.argv[0], *args])
-  # The run may have moved, and export always runs on a local worker.
+  # The run or its data may have moved, and export always runs on a local
+  # worker.
+  for name, value in given.items():
+    setattr(flags.FLAGS, name, value)
   flags.FLAGS.root_dir = root_dir
   flags.FLAGS.executor = 'local'
   flags.FLAGS.workers = []
@@ -204,6 +225,11 @@ def export() -> dict:
   if not root_dir:
     raise exported_models.ExportError('--root_dir (a training run) is required.')
   output_dir = _OUTPUT_DIR.value or os.path.join(root_dir, 'tflite')
+  if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+    raise exported_models.ExportError(
+        f'--output_dir={output_dir} is a file, not a folder. Give a folder '
+        '(it is made if missing).'
+    )
   quantizations = list(_QUANTIZATIONS.value)
   unknown = sorted(set(quantizations) - set(tflite_conversion.QUANTIZATIONS))
   if unknown:
@@ -214,7 +240,8 @@ def export() -> dict:
   requested_users = list(_USERS.value)
   requested_tiers = _TIERS.value
   _load_run_flags(root_dir)
-  prepared = training_program.prepare_run(log=lambda line: print(line, flush=True))
+  prepared = training_program.prepare_run(
+      log=lambda line: print(line, flush=True), starting=False)
   tiers_to_export = (exported_models.trained_tiers(prepared)
                      if requested_tiers is None else list(requested_tiers))
   users = exported_models.user_indices(prepared.data, requested_users) if (

@@ -14,7 +14,9 @@ Layout: <root_dir>/program_state_<version>/<index>.npy, one file per leaf in
 which version of tff_fedrec wrote it. A version is written to a temporary
 directory and renamed into place, so a killed save never leaves a partial
 version behind (the temporary name does not parse as a version). The
-`keep_total` latest versions are kept.
+`keep_total` latest versions are kept. A version whose files do not read
+back whole (truncated, emptied, removed) is passed over for the one before
+it (`load_latest`).
 
 Example:
   >>> manager = NumpyProgramStateManager('/tmp/run/checkpoints')
@@ -23,6 +25,7 @@ Example:
   ({'round': array(3), 'table': array(...)}, 3)
 """
 
+import asyncio
 import json
 import os
 import shutil
@@ -33,6 +36,11 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 _PREFIX = 'program_state_'
+
+
+class UnreadableCheckpointError(ValueError):
+  """A checkpoint's files do not read back as this run's state."""
+
 # 2: the one-program layout (composed processes, one training loop); 1 (no
 # format.json): tff_fedrec up to commit 19023d5.
 FORMAT = 2
@@ -47,6 +55,7 @@ class NumpyProgramStateManager(tff.program.ProgramStateManager):
       raise ValueError(f'keep_total must be at least 1; got {keep_total}.')
     self._root_dir = root_dir
     self._keep_total = keep_total
+    self.passed_over = []
 
   def _path(self, version: int) -> str:
     return os.path.join(self._root_dir, f'{_PREFIX}{version}')
@@ -76,14 +85,73 @@ class NumpyProgramStateManager(tff.program.ProgramStateManager):
     files = [os.path.join(path, f'{index}.npy') for index in range(len(leaves))]
     found = len([n for n in os.listdir(path) if n.endswith('.npy')])
     if found != len(leaves):
-      raise ValueError(
+      raise UnreadableCheckpointError(
           f'Checkpoint {path} holds {found} arrays, but this program keeps '
-          f'{len(leaves)}: it was written by a different method or version. '
-          'Use a new --root_dir.'
+          f'{len(leaves)}.'
       )
-    return tf.nest.pack_sequence_as(
-        structure, [np.load(f, allow_pickle=False) for f in files]
+    arrays = []
+    for file in files:
+      try:
+        arrays.append(np.load(file, allow_pickle=False))
+      except (OSError, ValueError, EOFError) as error:
+        raise UnreadableCheckpointError(
+            f'{file} cannot be read ({error}).') from None
+    return tf.nest.pack_sequence_as(structure, arrays)
+
+  def check_readable(self) -> None:
+    """Raises `UnreadableCheckpointError` (naming every problem) if there
+    are checkpoints and none of them reads back; each one's arrays are read
+    as `load` reads them, without the state's structure."""
+    versions = asyncio.run(self.get_versions())
+    if versions is None:
+      return
+    problems = []
+    for version in reversed(versions):
+      path = self._path(version)
+      try:
+        if _read_format(path) != FORMAT:
+          return  # `load` explains the format itself.
+        for name in sorted(os.listdir(path)):
+          if name.endswith('.npy'):
+            try:
+              np.load(os.path.join(path, name), allow_pickle=False)
+            except (OSError, ValueError, EOFError) as error:
+              raise UnreadableCheckpointError(
+                  f'{os.path.join(path, name)} cannot be read ({error}).'
+              ) from None
+        return
+      except UnreadableCheckpointError as error:
+        problems.append(str(error))
+    raise UnreadableCheckpointError(self._no_checkpoint_message(problems))
+
+  def _no_checkpoint_message(self, problems) -> str:
+    return (
+        f'No checkpoint in {self._root_dir} reads back: '
+        + ' '.join(problems)
+        + f' Delete {self._root_dir} to train the run again from round 0 '
+        'with the same command, or give a new --root_dir.'
     )
+
+  async def load_latest(self, structure):
+    """The latest checkpoint that reads back whole; checkpoints that do not
+    (a truncated or emptied file, a missing array) are passed over and
+    named in `passed_over`. (None, 0) without any checkpoint.
+
+    Raises:
+      UnreadableCheckpointError: no checkpoint reads back; the message
+        names each one's problem and how to start over.
+    """
+    self.passed_over = []
+    versions = await self.get_versions()
+    if versions is None:
+      return None, 0
+    for version in reversed(versions):
+      try:
+        return await self.load(version, structure), version
+      except UnreadableCheckpointError as error:
+        self.passed_over.append(str(error))
+    raise UnreadableCheckpointError(
+        self._no_checkpoint_message(self.passed_over))
 
   async def save(self, program_state, version: int) -> None:
     os.makedirs(self._root_dir, exist_ok=True)

@@ -55,7 +55,8 @@ def test_a_checkpoint_of_another_structure_is_refused_clearly(tmp_path):
   manager = numpy_program_state.NumpyProgramStateManager(str(tmp_path))
   asyncio.run(manager.save(_state(1, 1.0), 1))
   other = collections.OrderedDict(next_round=np.int64(0))
-  with pytest.raises(ValueError, match='different method'):
+  with pytest.raises(numpy_program_state.UnreadableCheckpointError,
+                     match='holds 5 arrays, but this program keeps 1'):
     asyncio.run(manager.load_latest(other))
 
 
@@ -71,3 +72,38 @@ def test_a_checkpoint_of_the_format_before_the_refactor_is_refused(tmp_path):
     asyncio.run(manager.load_latest(_state(0, 0.0)))
   assert '19023d5' in str(error.value)
   assert 'new --root_dir' in str(error.value)
+
+
+@pytest.mark.parametrize('damage', ['truncate', 'empty', 'remove'])
+def test_a_damaged_latest_checkpoint_falls_back_to_the_one_before(
+    tmp_path, damage
+):
+  manager = numpy_program_state.NumpyProgramStateManager(str(tmp_path))
+  asyncio.run(manager.save(_state(1, 1.0), 1))
+  asyncio.run(manager.save(_state(2, 2.0), 2))
+  damaged = tmp_path / 'program_state_2' / '1.npy'
+  if damage == 'truncate':
+    damaged.write_bytes(damaged.read_bytes()[:-7])
+  elif damage == 'empty':
+    damaged.write_bytes(b'')
+  else:
+    damaged.unlink()
+
+  state, version = asyncio.run(manager.load_latest(_state(0, 0.0)))
+
+  assert version == 1 and int(state['next_round']) == 1
+  np.testing.assert_array_equal(state['server']['tables'][0],
+                                np.full([3, 2], 1.0))
+  assert len(manager.passed_over) == 1
+  assert 'program_state_2' in manager.passed_over[0]
+
+
+def test_no_readable_checkpoint_names_each_problem_and_the_way_out(tmp_path):
+  manager = numpy_program_state.NumpyProgramStateManager(str(tmp_path))
+  asyncio.run(manager.save(_state(1, 1.0), 1))
+  (tmp_path / 'program_state_1' / '0.npy').write_bytes(b'')
+  with pytest.raises(numpy_program_state.UnreadableCheckpointError) as error:
+    asyncio.run(manager.load_latest(_state(0, 0.0)))
+  message = str(error.value)
+  assert 'program_state_1/0.npy cannot be read' in message
+  assert f'Delete {tmp_path}' in message and 'new --root_dir' in message

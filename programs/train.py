@@ -8,9 +8,16 @@ README). A run killed at any point resumes from its last checkpoint when
 started again with the same --root_dir.
 """
 
+import sys
+
 from absl import app
 
 from tff_fedrec.programs import training_program
 
 if __name__ == '__main__':
+  if any(a in ('--help', '-h', '-?', '--helpshort') for a in sys.argv[1:]):
+    method = next((a.partition('=')[2] for a in sys.argv[1:]
+                   if a.startswith('--method=')), None)
+    print(training_program.help_text(method))
+    sys.exit(0)
   app.run(training_program.main)

@@ -88,12 +88,17 @@ def raise_if_diverged(
     return
   what = ('the server state has non-finite values' if np.isfinite(train_loss)
           else f'the training loss is {train_loss}')
+  if last_saved_round:
+    saved = (f'the last checkpoint holds round {last_saved_round}; the same '
+             '--root_dir resumes from it, a new one starts over')
+  else:
+    saved = ('no round was saved, so the same --root_dir starts the run '
+             'over')
   raise TrainingDivergedError(
       f'training diverged at round {round_num + 1}: {what}. That round was '
-      f'not saved; the last checkpoint holds round {last_saved_round}. Lower '
-      'the learning rates (--learning_rate, and --item_learning_rate or '
-      '--user_learning_rate where the method has them) and run again: the '
-      'same --root_dir resumes from that checkpoint, a new one starts over.'
+      f'not saved; {saved}. Lower the learning rates (--learning_rate, and '
+      '--item_learning_rate or --user_learning_rate where the method has '
+      'them) and run again.'
   )
 
 
@@ -199,9 +204,8 @@ class TrainingRun:
     self._csv = tff.program.CSVFileReleaseManager(
         os.path.join(root_dir, 'metrics.csv'), key_fieldname='round'
     )
-    self._tensorboard = tff.program.TensorBoardReleaseManager(
-        os.path.join(root_dir, 'tensorboard')
-    )
+    # Made at the first release: its events file is a write.
+    self._tensorboard = None
     self.store = method.initial_store()
     self.server_state = None
     self.history = []
@@ -222,6 +226,8 @@ class TrainingRun:
     state, version = asyncio.run(
         self._state_manager.load_latest(self._program_state())
     )
+    for problem in self._state_manager.passed_over:
+      self._log(f'{problem} Passed over for the checkpoint before it.')
     if state is None:
       return
     self.next_round = self.saved_round = int(state['next_round'])
@@ -263,6 +269,10 @@ class TrainingRun:
   def _release(self, row: dict) -> None:
     value = scalar_fields(row)
     asyncio.run(self._csv.release(value, key=row['round']))
+    if self._tensorboard is None:
+      self._tensorboard = tff.program.TensorBoardReleaseManager(
+          os.path.join(self._root_dir, 'tensorboard')
+      )
     asyncio.run(self._tensorboard.release(value, key=row['round']))
 
   def train(self) -> dict:

@@ -23,10 +23,10 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from tff_fedrec import atomic_files
 from tff_fedrec.algorithms import method as method_lib
 from tff_fedrec.algorithms import registry
 from tff_fedrec.programs import execution
+from tff_fedrec.programs import run_directory
 from tff_fedrec.programs import training_loop
 from tff_fedrec.programs.flag_groups import data as data_flags
 from tff_fedrec.programs.flag_groups import exchange as exchange_flags
@@ -42,7 +42,7 @@ from tff_fedrec.tasks import leave_one_out
 from tff_fedrec.tasks import random_split
 
 FlagError = group.FlagError
-RUN_FLAGS_FILE = 'run.flags'
+RUN_FLAGS_FILE = run_directory.RUN_FLAGS_FILE
 # Every run takes these groups; its method and protocol add theirs.
 COMMON_GROUPS = ('data', 'run', 'execution')
 
@@ -71,11 +71,29 @@ def refuse_unused_flags(entry: registry.MethodEntry) -> None:
 
 def _load_data(entry: registry.MethodEntry, data_config: datasets.DataConfig):
   if entry.protocol == registry.LEAVE_ONE_OUT:
-    group.require_positive(protocol_flags.EVAL_NEGATIVES)
-    return datasets.load_leave_one_out(
+    data = datasets.load_leave_one_out(
         data_config, num_eval_negatives=protocol_flags.EVAL_NEGATIVES.value
     )
-  return datasets.load_random_split(data_config)
+  else:
+    data = datasets.load_random_split(data_config)
+  if not data.num_users:
+    raise FlagError(
+        f'--min_interactions={data_flags.MIN_INTERACTIONS.value} drops every '
+        f'user of {data_config.data_path or data_config.dataset}: no user has '
+        'that many interactions. Lower it.'
+    )
+  return data
+
+
+def known_flags() -> set[str]:
+  """The names of this program's flags."""
+  return {holder.name for flag_group in GROUPS.values()
+          for holder in flag_group.holders}
+
+
+def current_flags() -> dict[str, str]:
+  """{flag: value} of this program's flags as they are now."""
+  return run_directory.parse_flag_lines(_flag_lines(), known_flags())
 
 
 def _protocol(entry, data, user_tiers):
@@ -136,8 +154,11 @@ class PreparedRun:
     return self.entry.name
 
 
-def prepare_run(*, log: Callable[[str], None] = print) -> PreparedRun:
-  """Checks the flags, loads the data and builds the method."""
+def prepare_run(*, log: Callable[[str], None] = print,
+                starting: bool = True) -> PreparedRun:
+  """Checks the flags, loads the data and builds the method; `starting`
+  (a training start, not an export) also checks the run directory
+  (`run_directory.check_start`)."""
   if run_flags.METHOD.value is None:
     raise FlagError(
         f'--method is required: one of {", ".join(registry.METHODS)}.'
@@ -147,12 +168,15 @@ def prepare_run(*, log: Callable[[str], None] = print) -> PreparedRun:
         '--root_dir is required (checkpoints and results go there).'
     )
   entry = registry.get(run_flags.METHOD.value)
-  execution_flags.remote_workers()  # Bad worker flags stop the run early.
   refuse_unused_flags(entry)
-  group.require_positive(
-      run_flags.ROUNDS, run_flags.USERS_PER_TFF_CLIENT,
-      run_flags.CHECKPOINT_EVERY, run_flags.EVAL_EVERY, run_flags.NEGATIVES,
-  )
+  # Every value checked before the data loads, and the run directory before
+  # anything is written.
+  for name in (*COMMON_GROUPS, entry.protocol, *entry.flag_groups):
+    GROUPS[name].check(entry)
+  if starting:
+    run_directory.check_start(
+        run_flags.ROOT_DIR.value, current_flags(), known_flags()
+    )
   data_config = data_flags.data_config(run_flags.SEED.value)
   data = _load_data(entry, data_config)
   user_tiers = None
@@ -202,16 +226,20 @@ def prepare_run(*, log: Callable[[str], None] = print) -> PreparedRun:
   )
 
 
-def results_table(summary: dict, protocol) -> str:
+def results_table(summary: dict, protocol, root_dir: str) -> str:
   """The printed results: the protocol's rows, the run's cost, and the
   method's figures that the summary has."""
+  if summary['executor']['kind'] == 'remote':
+    rss = 'peak RSS (this program; remote workers not counted)'
+  else:
+    rss = 'peak RSS (program + TFF worker)'
   rows = [
       ('method', summary['method']),
       ('dataset', summary['dataset']),
       ('rounds completed', str(summary['rounds_completed'])),
       *protocol.results_rows(summary),
       ('seconds per round (median)', f'{summary["seconds_per_round"]:.2f}'),
-      ('peak RSS (program + TFF worker)', f'{summary["peak_rss_mb"]:.0f} MB'),
+      (rss, f'{summary["peak_rss_mb"]:.0f} MB'),
   ]
   if 'client_state_bytes_per_user' in summary:
     rows.append(('client state per user',
@@ -232,6 +260,8 @@ def results_table(summary: dict, protocol) -> str:
   if summary.get('singular_value_variance_large') is not None:
     rows.append(('singular-value variance of V_l (Table V)',
                  f'{summary["singular_value_variance_large"]:.4g}'))
+  rows.append(('outputs', f'{root_dir}: summary.json, metrics.csv, '
+               'checkpoints/, tensorboard/'))
   width = max(len(name) for name, _ in rows)
   return '\n'.join(f'{name:<{width}}  {value}' for name, value in rows)
 
@@ -275,6 +305,46 @@ def _train_with_worker_restarts(
       )
 
 
+# The groups in the order --help shows them.
+_HELP_ORDER = ('data', 'run', 'execution', 'leave_one_out', 'random_split',
+               'training', 'local_sgd', 'embedding', 'score_layers',
+               'base_model', 'exchange', 'tiers', 'tier_models', 'hetefedrec')
+
+
+def help_text(method: Optional[str] = None) -> str:
+  """This program's flags by group, with the methods that take each group;
+  with `method`, only the groups that method takes."""
+  lines = [
+      'Trains a federated recommender with TFF and prints a results table.',
+      '',
+      '  python -m tff_fedrec.programs.train --method=METHOD '
+      '--dataset=ml-100k --root_dir=DIR [flags]',
+      '  python -m tff_fedrec.programs.train '
+      '--flagfile=programs/presets/pfedrec_ml100k.flags',
+      '',
+      f'Methods: {", ".join(registry.METHODS)}.',
+  ]
+  used = None
+  if method in registry.METHODS:
+    entry = registry.METHODS[method]
+    used = {*COMMON_GROUPS, entry.protocol, *entry.flag_groups}
+    lines.append(f'Flags --method={method} takes ({entry.paper}):')
+  for name in _HELP_ORDER:
+    if used is not None and name not in used:
+      continue
+    flag_group = GROUPS[name]
+    takers = ('every method' if name in COMMON_GROUPS
+              else ', '.join(registry.methods_taking(name)))
+    lines += ['', f'{flag_group.title} [{name}; {takers}]:']
+    for holder in flag_group.holders:
+      flag = flags.FLAGS[holder.name]
+      default = '' if flag.default is None else f' (default: {flag.default_as_str})'
+      lines.append(f'  --{holder.name}{default}')
+      lines.append(f'      {flag.help}')
+  lines += ['', 'absl and TensorFlow flags: --helpfull.']
+  return '\n'.join(lines)
+
+
 def _flag_lines() -> list[str]:
   """This program's flags as flagfile lines."""
   names = sorted(
@@ -287,25 +357,20 @@ def _flag_lines() -> list[str]:
   ]
 
 
-def write_run_flags(root_dir: str) -> None:
-  """Writes <root_dir>/run.flags (atomically), the flags of the run, so that
-  `export` can rebuild it."""
-  atomic_files.write_atomically(
-      os.path.join(root_dir, RUN_FLAGS_FILE), '\n'.join(_flag_lines()) + '\n'
-  )
-
-
 def run() -> dict:
   """Runs the program from the parsed flags; returns the summary."""
   log = lambda line: print(line, flush=True)
   prepared = prepare_run(log=log)
-  os.makedirs(prepared.root_dir, exist_ok=True)
-  write_run_flags(prepared.root_dir)
+  # A run none of whose checkpoints reads back is refused before the
+  # directory is touched.
+  training_loop.checkpoint_manager(prepared.root_dir).check_readable()
+  run_directory.start(prepared.root_dir, _flag_lines())
   summary = _train_with_worker_restarts(
       prepared.root_dir,
       lambda worker_pid: prepared.make_training_run(worker_pid).train(),
   )
-  print(results_table(summary, prepared.protocol), flush=True)
+  print(results_table(summary, prepared.protocol, prepared.root_dir),
+        flush=True)
   return summary
 
 
@@ -315,6 +380,14 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)
   try:
     run()
+  except KeyboardInterrupt:
+    print(
+        '\nInterrupted. Every round saved so far is in --root_dir='
+        f'{run_flags.ROOT_DIR.value} (checkpoints/); run the same command '
+        'again to resume from the last one.',
+        file=sys.stderr, flush=True,
+    )
+    sys.exit(130)
   except execution.WorkerDiedError as error:
     restart = (
         'start the worker again and '

@@ -93,7 +93,7 @@ def _exit_status_and_stderr(args, tmp_path):
         (['--method=pfedrec', '--dataset=synthetic', '--tier_ratio=1,1,1'],
          '--tier_ratio sets tiers here only for --tier_compression_rates'),
         (['--method=pfedrec', '--dataset=synthetic', '--ldp_noise_scale=-1'],
-         '--ldp_noise_scale must be >= 0'),
+         '--ldp_noise_scale must be a finite number >= 0'),
         (['--method=fedncf', '--dataset=synthetic', '--hidden_units=abc'],
          '--hidden_units takes comma-separated positive integers'),
         (['--method=fedrecon', '--dataset=synthetic', '--exchange=fedras'],

@@ -104,6 +104,11 @@ def _read_utf8(path: str | os.PathLike) -> bytes:
         f'{path}: is a directory, not a file. Pass --data_path naming the '
         'interaction file itself.'
     ) from None
+  except OSError as error:
+    raise errors.DataFormatError(
+        f'{path}: cannot be read ({error.strerror}). Check its permissions, '
+        'or pass --data_path naming a file you can read.'
+    ) from None
   if not data or data.isspace():
     raise errors.DataFormatError(
         f'{path}: the file is empty. Expected lines of '
@@ -207,7 +212,7 @@ def _parse_line_by_line(
             f'{path}:{number}: the {name} {value!r} is not a finite '
             f'number: {line[:200]!r}. Fix or delete this line'
             + (
-                ', or load with header=True if it is a header line.'
+                ', or pass --header=true if it is a header line.'
                 if number == 1
                 else '.'
             )

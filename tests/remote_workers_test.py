@@ -168,7 +168,7 @@ def _unused_port():
         (['--executor=remote', '--workers=10.1.2.3:8000'],
          '--allow_insecure_remote'),
         (['--executor=remote', f'--workers=127.0.0.1:{_unused_port()}',
-          '--worker_timeout_seconds=1'], 'did not answer'),
+          '--worker_timeout_seconds=1'], 'Nothing listens at 127.0.0.1:'),
     ],
     ids=['not-loopback', 'nobody-answers'],
 )

@@ -68,10 +68,24 @@ def data_config(seed: int) -> datasets.DataConfig:
   )
 
 
+def _check(entry) -> None:
+  del entry
+  data_config(seed=0)
+  if MIN_INTERACTIONS.value < 0:
+    raise group.FlagError(
+        f'--min_interactions must be >= 0; got {MIN_INTERACTIONS.value}.')
+  group.require_positive(SYNTHETIC_USERS, SYNTHETIC_ITEMS)
+  if SEPARATOR.value == '':
+    raise group.FlagError(
+        '--separator must not be empty (e.g. --separator=, or '
+        '--separator="\\t").')
+
+
 GROUPS = (
     group.FlagGroup(
         'data', 'the data set',
         (DATASET, DATA_PATH, SEPARATOR, HEADER, MIN_INTERACTIONS,
          SYNTHETIC_USERS, SYNTHETIC_ITEMS, CACHE_DIR),
+        check=_check,
     ),
 )

@@ -108,20 +108,26 @@ def _fedras_options() -> fedras_exchange.FedRASOptions:
   )
 
 
-def _arguments(context: group.BuildContext) -> dict:
-  fixed = context.entry.exchange
+def _scheme(entry) -> str:
+  return entry.exchange or _SCHEMES[EXCHANGE.value]
+
+
+def check(entry) -> None:
+  """FlagError for flags `entry`'s exchange does not take or cannot use."""
+  fixed = entry.exchange
   if fixed is not None and EXCHANGE.value != 'broadcast':
     raise group.FlagError(
-        f'--exchange does not apply to --method={context.entry.name}, whose '
+        f'--exchange does not apply to --method={entry.name}, whose '
         f'exchange is {fixed}; --exchange chooses that of pfedrec, fedmf and '
         'fedncf. Drop the flag.'
     )
-  scheme = fixed or _SCHEMES[EXCHANGE.value]
+  scheme = _scheme(entry)
   if not 0 <= COMPRESSION_RATE.value < 1:
     raise group.FlagError(
         '--compression_rate must be in [0, 1); 0 is the least compression '
         'the format allows (FedRAS Table 4\'s "Excellent").'
     )
+  group.require_finite(ALPHA)
   if scheme != 'broadcast':
     _refuse((LDP_NOISE,), 'applies to --exchange=broadcast only: a '
             'compressed upload is not noised.')
@@ -135,17 +141,26 @@ def _arguments(context: group.BuildContext) -> dict:
   if scheme == 'broadcast':
     _refuse(_COMPRESSION, 'needs a compressed exchange (--exchange=fedras, '
             'topk, svd or colr).')
-    if not LDP_NOISE.value >= 0:
+    if not LDP_NOISE.value >= 0 or LDP_NOISE.value == float('inf'):
       raise group.FlagError(
-          f'--ldp_noise_scale must be >= 0 (0 turns LDP off); got '
-          f'{LDP_NOISE.value}.'
+          'LDP never fails open: --ldp_noise_scale must be a finite '
+          f'number >= 0 (0 turns LDP off); got {LDP_NOISE.value}.'
       )
+  elif scheme == 'small_dim':
+    _refuse((CATCH_UP_ROUNDS, RESYNC_WHEN_CHEAPER), 'does not apply to '
+            f'--method={entry.name}: it broadcasts its small table.')
+  else:
+    group.require_positive(CATCH_UP_ROUNDS)
+    if scheme == 'fedras':
+      _fedras_options()
+
+
+def _arguments(context: group.BuildContext) -> dict:
+  scheme = _scheme(context.entry)
+  if scheme == 'broadcast':
     return {'exchange': exchanges.BroadcastOptions(LDP_NOISE.value)}
   if scheme == 'small_dim':
-    _refuse((CATCH_UP_ROUNDS, RESYNC_WHEN_CHEAPER), 'does not apply to '
-            f'--method={context.entry.name}: it broadcasts its small table.')
     return {'compression_rate': COMPRESSION_RATE.value}
-  group.require_positive(CATCH_UP_ROUNDS)
   if scheme == 'fedras':
     return {'exchange': _fedras_options()}
   return {'exchange': fedras_exchange.CodecBaselineOptions(
@@ -159,5 +174,6 @@ GROUPS = (
     group.FlagGroup(
         'exchange', 'how the item table travels (exchange, LDP, compression)',
         (EXCHANGE, LDP_NOISE, *_COMPRESSION, *_FEDRAS_ONLY), _arguments,
+        check,
     ),
 )

@@ -45,9 +45,16 @@ def executor_summary() -> dict:
   return {'kind': EXECUTOR.value, 'workers': remote_workers()}
 
 
+def _check(entry) -> None:
+  del entry
+  remote_workers()
+  group.require_finite(WORKER_TIMEOUT, positive=True)
+
+
 GROUPS = (
     group.FlagGroup(
         'execution', 'where the computations run',
         (EXECUTOR, WORKERS, WORKER_TIMEOUT, ALLOW_INSECURE_REMOTE),
+        check=_check,
     ),
 )

@@ -1,8 +1,8 @@
 """A group of the training program's flags and what it gives a builder.
 
-A `FlagGroup` holds its flags and turns their values into keyword
-arguments of the method's builder (`arguments`), with the context of the
-run (`BuildContext`). Arguments under the key `training` are field values
+A `FlagGroup` holds its flags, checks their values before any data is
+loaded (`check`), and turns them into keyword arguments of the method's
+builder (`arguments`), with the context of the run (`BuildContext`). Arguments under the key `training` are field values
 of the builder's training configuration (its `training` argument), merged
 over every group and applied to the builder's own default configuration,
 so a flag left at None keeps the method's default.
@@ -13,6 +13,7 @@ Example:
 """
 
 import dataclasses
+import math
 from typing import Callable
 
 from absl import flags
@@ -47,12 +48,15 @@ class FlagGroup:
     title: What the flags are for, e.g. "HeteFedRec's training rule".
     holders: Its flags.
     arguments: BuildContext -> builder keyword arguments.
+    check: the method's registry entry -> None, raising FlagError for a
+      value the method's runs cannot take (before any data is loaded).
   """
 
   name: str
   title: str
   holders: tuple
   arguments: Callable[[BuildContext], dict] = lambda context: {}
+  check: Callable[[registry.MethodEntry], None] = lambda entry: None
 
   def changed(self) -> list:
     """Its flags given a value other than their default."""
@@ -83,4 +87,18 @@ def require_positive(*holders) -> None:
     if holder.value is not None and holder.value < 1:
       raise FlagError(
           f'--{holder.name} must be at least 1; got {holder.value}.'
+      )
+
+
+def require_finite(*holders, positive: bool = False) -> None:
+  """FlagError for the first of `holders` (floats; None is not checked)
+  that is not finite, or (`positive`) not above 0."""
+  for holder in holders:
+    value = holder.value
+    if value is None:
+      continue
+    if not math.isfinite(value) or (positive and value <= 0):
+      raise FlagError(
+          f'--{holder.name} must be a finite number'
+          + (' above 0' if positive else '') + f'; got {value}.'
       )

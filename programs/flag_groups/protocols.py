@@ -21,6 +21,7 @@ GROUPS = (
     group.FlagGroup(
         'leave_one_out', 'the leave-one-out protocol (1 + 99 ranking)',
         (EVAL_NEGATIVES,),
+        check=lambda entry: group.require_positive(EVAL_NEGATIVES),
     ),
     group.FlagGroup(
         'random_split', 'the 80/20 random-split protocol (full ranking)',

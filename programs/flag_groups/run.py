@@ -69,11 +69,29 @@ def clients_per_round(num_users: int):
   return CLIENTS_PER_ROUND.value
 
 
+def _check(entry) -> None:
+  del entry
+  group.require_positive(ROUNDS, USERS_PER_TFF_CLIENT, CHECKPOINT_EVERY,
+                         EVAL_EVERY, NEGATIVES, CLIENTS_PER_ROUND)
+  if MAX_WORKER_RESTARTS.value < 0:
+    raise group.FlagError(
+        f'--max_worker_restarts must be >= 0; got {MAX_WORKER_RESTARTS.value}.'
+    )
+  if CLIENTS_PER_ROUND.value is not None and CLIENT_FRACTION.value is not None:
+    raise group.FlagError(
+        'Give --clients_per_round or --client_fraction, not both.'
+    )
+  if CLIENT_FRACTION.value is not None and not 0 < CLIENT_FRACTION.value <= 1:
+    raise group.FlagError(
+        f'--client_fraction must be in (0, 1]; got {CLIENT_FRACTION.value}.')
+
+
 GROUPS = (
     group.FlagGroup(
         'run', 'the run',
         (METHOD, ROUNDS, CLIENTS_PER_ROUND, CLIENT_FRACTION,
          USERS_PER_TFF_CLIENT, NEGATIVES, SEED, ROOT_DIR, EVAL_EVERY,
          CHECKPOINT_EVERY, MAX_WORKER_RESTARTS),
+        check=_check,
     ),
 )

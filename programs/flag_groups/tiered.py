@@ -93,22 +93,31 @@ def tier_policy() -> tiers.ByInteractions:
     raise group.FlagError(f'--tier_ratio: {error}') from None
 
 
-def _tier_models(context: group.BuildContext) -> dict:
-  del context
+def _widths() -> tuple[int, ...]:
   widths = group.int_list('tier_widths', TIER_WIDTHS.value)
   if any(w < 1 for w in widths) or list(widths) != sorted(widths):
     raise group.FlagError(
         '--tier_widths needs 3 positive, non-decreasing widths (small, '
         f'medium, large); got {",".join(TIER_WIDTHS.value)}.'
     )
+  return widths
+
+
+def _check_tier_models(entry) -> None:
+  del entry
+  _widths()
   if not NEIGHBOR_GRADIENT.value and training.MODEL.value != 'lightgcn':
     raise group.FlagError(
         '--nolightgcn_neighbor_gradient applies to --model=lightgcn only.'
     )
-  return {'widths': widths, 'neighbor_gradient': NEIGHBOR_GRADIENT.value}
 
 
-def _hetefedrec(context: group.BuildContext) -> dict:
+def _tier_models(context: group.BuildContext) -> dict:
+  del context
+  return {'widths': _widths(), 'neighbor_gradient': NEIGHBOR_GRADIENT.value}
+
+
+def _check_hetefedrec(entry) -> None:
   local_adam = UPDATE_RULE.value == 'local_adam'
   if local_adam:
     for holder in group.changed_flags((USER_OPTIMIZER, USER_LR)):
@@ -128,7 +137,7 @@ def _hetefedrec(context: group.BuildContext) -> dict:
       )
     if training.LOCAL_EPOCHS.value != 1:
       raise group.FlagError(
-          f'--local_epochs does not apply to --method={context.entry.name} '
+          f'--local_epochs does not apply to --method={entry.name} '
           'without --update_rule=local_adam: a client takes one gradient of '
           'its whole data per round (HeteFedRec Algorithm 1).'
       )
@@ -146,6 +155,16 @@ def _hetefedrec(context: group.BuildContext) -> dict:
     raise group.FlagError(
         f'--distillation_items must be >= 0; got {DISTILLATION_ITEMS.value}.'
     )
+  group.require_finite(USER_LR, DISTILLATION_LR, positive=True)
+  group.require_finite(DECORRELATION_WEIGHT)
+  if DECORRELATION_WEIGHT.value < 0:
+    raise group.FlagError(
+        '--decorrelation_weight must be >= 0 (0 turns DDR off); got '
+        f'{DECORRELATION_WEIGHT.value}.'
+    )
+
+
+def _hetefedrec(context: group.BuildContext) -> dict:
   return {'training': {
       'dual_task': DUAL_TASK.value,
       'decorrelation_weight': DECORRELATION_WEIGHT.value,
@@ -162,16 +181,17 @@ def _hetefedrec(context: group.BuildContext) -> dict:
 
 
 GROUPS = (
-    group.FlagGroup('tiers', 'the tiers of users', (TIER_RATIO,)),
+    group.FlagGroup('tiers', 'the tiers of users', (TIER_RATIO,),
+                    check=lambda entry: tier_policy()),
     group.FlagGroup(
         'tier_models', 'the tiered models\' sizes',
-        (TIER_WIDTHS, NEIGHBOR_GRADIENT), _tier_models,
+        (TIER_WIDTHS, NEIGHBOR_GRADIENT), _tier_models, _check_tier_models,
     ),
     group.FlagGroup(
         'hetefedrec', 'HeteFedRec\'s training rule',
         (USER_OPTIMIZER, USER_LR, UPDATE_RULE, LOCAL_VALIDATION,
          LOCAL_BATCH_SIZE, CHANGE_AGGREGATION, DUAL_TASK, DECORRELATION_WEIGHT,
          DISTILLATION_ITEMS, DISTILLATION_LR),
-        _hetefedrec,
+        _hetefedrec, _check_hetefedrec,
     ),
 )

@@ -44,8 +44,13 @@ MODEL = flags.DEFINE_enum(
 )
 
 
-def _training(context: group.BuildContext) -> dict:
+def _check_training(entry) -> None:
+  del entry
   group.require_positive(LOCAL_EPOCHS)
+  group.require_finite(LEARNING_RATE, positive=True)
+
+
+def _training(context: group.BuildContext) -> dict:
   fields = {'local_epochs': LOCAL_EPOCHS.value}
   if LEARNING_RATE.value is not None:
     fields['learning_rate'] = LEARNING_RATE.value
@@ -53,8 +58,13 @@ def _training(context: group.BuildContext) -> dict:
   return {'training': fields}
 
 
-def _local_sgd(context: group.BuildContext) -> dict:
+def _check_local_sgd(entry) -> None:
+  del entry
   group.require_positive(BATCH_SIZE)
+  group.require_finite(ITEM_LEARNING_RATE, ITEM_LR_ETA, positive=True)
+
+
+def _local_sgd(context: group.BuildContext) -> dict:
   fields = {'batch_size': BATCH_SIZE.value}
   if DUAL_PERSONALIZATION.value is not None:
     fields['dual_personalization'] = DUAL_PERSONALIZATION.value
@@ -72,7 +82,6 @@ def _local_sgd(context: group.BuildContext) -> dict:
 
 def _embedding(context: group.BuildContext) -> dict:
   del context
-  group.require_positive(EMBEDDING_DIM)
   return {'embedding_dim': EMBEDDING_DIM.value}
 
 
@@ -99,19 +108,21 @@ def _model(context: group.BuildContext) -> dict:
 GROUPS = (
     group.FlagGroup(
         'training', 'local training', (LEARNING_RATE, LOCAL_EPOCHS),
-        _training,
+        _training, _check_training,
     ),
     group.FlagGroup(
         'local_sgd', 'local SGD on the item rows of a user',
         (BATCH_SIZE, ITEM_LEARNING_RATE, ITEM_LR_ETA, DUAL_PERSONALIZATION),
-        _local_sgd,
+        _local_sgd, _check_local_sgd,
     ),
     group.FlagGroup(
         'embedding', 'the embedding width', (EMBEDDING_DIM,), _embedding,
+        lambda entry: group.require_positive(EMBEDDING_DIM),
     ),
     group.FlagGroup(
         'score_layers', 'the score function\'s layers', (HIDDEN_UNITS,),
         lambda context: {'hidden_units': hidden_units()},
+        lambda entry: hidden_units(),
     ),
     group.FlagGroup(
         'base_model', 'the base model of FedRAS and the tiered methods',
