@@ -293,3 +293,17 @@ def test_ctrl_c_says_the_run_can_be_resumed(tmp_path):
   assert 'Traceback' not in stderr, stderr
   assert 'run the same command again to resume' in stderr
   assert f'--root_dir={root_dir}' in stderr
+
+
+def test_help_lists_the_flags_by_group_and_exits_0():
+  result = subprocess.run(
+      [sys.executable, '-m', 'tff_fedrec.programs.train', '--help',
+       '--method=fedras'], capture_output=True, text=True, timeout=300)
+  assert result.returncode == 0, result.stderr
+  # The groups fedras takes, with the methods that take each; not the
+  # tiered methods' groups.
+  assert 'the data set [data; every method]:' in result.stdout
+  assert '--alpha (default: ' in result.stdout
+  assert "how the item table travels" in result.stdout
+  assert "HeteFedRec's training rule" not in result.stdout
+  assert 'Traceback' not in result.stderr
