@@ -41,9 +41,15 @@ _PREFIX = 'program_state_'
 class UnreadableCheckpointError(ValueError):
   """A checkpoint's files do not read back as this run's state."""
 
-# 2: the one-program layout (composed processes, one training loop); 1 (no
-# format.json): tff_fedrec up to commit 19023d5.
-FORMAT = 2
+# 3: the client-state store keeps start tables (PFedRec's evaluation of
+# untrained rows); 2: the one-program layout (composed processes, one
+# training loop); 1 (no format.json).
+FORMAT = 3
+# The last commit that wrote each earlier format, and what it was.
+_EARLIER_FORMATS = {
+    1: ('19023d5', 'before processes were composed from roles'),
+    2: ('7e1d56f', 'before the store kept the tables users started from'),
+}
 _FORMAT_FILE = 'format.json'
 
 
@@ -74,12 +80,17 @@ class NumpyProgramStateManager(tff.program.ProgramStateManager):
     path = self._path(version)
     written = _read_format(path)
     if written != FORMAT:
+      if written in _EARLIER_FORMATS:
+        commit, what = _EARLIER_FORMATS[written]
+        origin = (f'Format {written} was written up to commit {commit} '
+                  f'({what}): resume or export that run with that version '
+                  f'(git checkout {commit}), or')
+      else:
+        origin = 'Use the version of tff_fedrec that wrote it, or'
       raise ValueError(
           f'Checkpoint {path} has checkpoint format {written}; this version '
-          f'of tff_fedrec reads format {FORMAT}. Format 1 was written up to '
-          'commit 19023d5 (before processes were composed from roles): '
-          'resume or export that run with that version (git checkout '
-          '19023d5), or train it again in a new --root_dir.'
+          f'of tff_fedrec reads format {FORMAT}. {origin} train it again in '
+          'a new --root_dir.'
       )
     leaves = tf.nest.flatten(structure)
     files = [os.path.join(path, f'{index}.npy') for index in range(len(leaves))]

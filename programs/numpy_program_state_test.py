@@ -60,17 +60,23 @@ def test_a_checkpoint_of_another_structure_is_refused_clearly(tmp_path):
     asyncio.run(manager.load_latest(other))
 
 
-def test_a_checkpoint_of_the_format_before_the_refactor_is_refused(tmp_path):
+@pytest.mark.parametrize('written, commit', [(1, '19023d5'), (2, '7e1d56f'),
+                                             (7, None)])
+def test_a_checkpoint_of_another_format_is_refused(tmp_path, written, commit):
   manager = numpy_program_state.NumpyProgramStateManager(str(tmp_path))
   asyncio.run(manager.save(_state(1, 1.0), 1))
   version_dir = tmp_path / 'program_state_1'
-  assert (version_dir / 'format.json').read_text() == '{"format": 2}'
-  # Format 1 wrote no format.json: such a checkpoint names the commit
-  # that can still resume it.
-  (version_dir / 'format.json').unlink()
-  with pytest.raises(ValueError, match='format 1') as error:
+  assert (version_dir / 'format.json').read_text() == '{"format": 3}'
+  # Format 1 wrote no format.json; each earlier format names the last
+  # commit that can still resume it.
+  if written == 1:
+    (version_dir / 'format.json').unlink()
+  else:
+    (version_dir / 'format.json').write_text(f'{{"format": {written}}}')
+  with pytest.raises(ValueError, match=f'format {written};') as error:
     asyncio.run(manager.load_latest(_state(0, 0.0)))
-  assert '19023d5' in str(error.value)
+  if commit:
+    assert f'git checkout {commit}' in str(error.value)
   assert 'new --root_dir' in str(error.value)
 
 

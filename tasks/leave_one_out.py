@@ -4,8 +4,8 @@ timestamp, each held-out item ranked among 99 sampled negatives.
 Per round r (0-based), seeded by (seed, r): `clients_per_round` users drawn
 uniformly without replacement (all users by default, as the paper), and
 every user's training examples: its training positives, each with
-`negatives_per_positive` items it never interacted with, redrawn every
-round. Each evaluation scores every user's own model on its validation and
+`negatives_per_positive` distinct items it never interacted with (as the
+reference code's `random.sample`), redrawn every round. Each evaluation scores every user's own model on its validation and
 test item with their negatives: HR@10, NDCG@10 and AUC. The report picks
 the round with the best validation HR@10 (the latest on ties, as the
 reference code's `>=`) and reports test metrics at that round.
@@ -70,6 +70,7 @@ class LeaveOneOut(protocol.Protocol):
         num_items=data.num_items,
         negatives_per_positive=self.negatives_per_positive,
         rng=rng,
+        distinct_per_positive=True,
     )
     user_data = []
     for user in users:

@@ -200,9 +200,12 @@ def leave_one_out_split(
 ) -> LeaveOneOutData:
   """Splits each user's history by time and samples evaluation negatives.
 
-  Each user's rows are ordered by timestamp, ties by row order (pandas'
-  rank(method='first'), as in the NCF and PFedRec code): the last is the
-  test item, the one before the validation item. Each user then gets
+  Each user's rows are ranked from the latest timestamp down, tied rows
+  in file order, as the NCF and PFedRec reference code's `groupby(user)
+  .timestamp.rank(method='first', ascending=False)` ranks them: rank 1 is
+  the test item, rank 2 the validation item (so of two rows tied at the
+  latest timestamp the first in the file is the test item). The training
+  items are the rest, oldest first. Each user then gets
   2 * num_eval_negatives distinct items it never interacted with, drawn
   uniformly: the first half are the validation negatives, the second half
   the test negatives.
@@ -215,7 +218,7 @@ def leave_one_out_split(
     raise ValueError(
         f'num_eval_negatives must be >= 0; got {num_eval_negatives}.'
     )
-  order, offsets = _group_by_user_in_time_order(indexed)
+  order, offsets = _group_by_user_in_time_order(indexed, ties='latest_first')
   counts = np.diff(offsets)
   _check_min_count(
       indexed,
@@ -328,13 +331,18 @@ def sample_training_examples(
     num_items: int,
     negatives_per_positive: int = 4,
     rng: np.random.Generator,
+    distinct_per_positive: bool = False,
 ) -> TrainingExamples:
   """One round of training examples for every user (NCF Sec. 3.1.1).
 
   Each training positive is kept (label 1) and joined by
   negatives_per_positive negatives (label 0), each uniform over the items
-  the user never interacted with (with replacement, as in NCF); a fresh
-  call draws fresh negatives. Each user's examples are then shuffled.
+  the user never interacted with: independently (with replacement, as in
+  NCF), or with `distinct_per_positive` the k of one positive distinct
+  from each other (a uniform k-subset, as PFedRec's reference code's
+  `random.sample` draws them; a user with fewer than k such items draws
+  with replacement). A fresh call draws fresh negatives. Each user's
+  examples are then shuffled.
 
   A negative is drawn as a uniform rank r among the user's c_u
   never-interacted items and mapped to the r-th such item directly, so,
@@ -373,12 +381,22 @@ def sample_training_examples(
   negative_users = np.repeat(
       np.arange(num_users), negatives_per_positive * positives
   )
+  if distinct_per_positive and negatives_per_positive > 1:
+    ranks = _uniform_ranks(free[negative_users], rng).reshape(
+        -1, negatives_per_positive)
+    positive_users = negative_users[::negatives_per_positive]
+    enough = free[positive_users] >= negatives_per_positive
+    ranks[enough] = _distinct_ranks(
+        free[positive_users[enough]], negatives_per_positive, rng)
+    ranks = ranks.reshape(-1)
+  else:
+    ranks = _uniform_ranks(free[negative_users], rng)
   negatives = _never_interacted_items(
       _free_rank_keys(interacted_offsets, interacted_items, num_items),
       interacted_offsets,
       num_items,
       negative_users,
-      _uniform_ranks(free[negative_users], rng),
+      ranks,
   )
 
   # Each user's segment: positives first, then negatives, then shuffled.
@@ -434,11 +452,15 @@ def _latest_row_of_each_pair(
 
 
 def _group_by_user_in_time_order(
-    indexed: IndexedInteractions,
+    indexed: IndexedInteractions, ties: str = 'file_order',
 ) -> tuple[np.ndarray, np.ndarray]:
-  """Rows sorted by (user, timestamp, row), and the users' CSR offsets."""
+  """Rows sorted by (user, timestamp), and the users' CSR offsets; rows tied
+  in both come in file order, or (`ties='latest_first'`) in reverse file
+  order, so that the last of a user's rows is the first in the file of
+  those at its latest timestamp."""
+  rows = np.arange(indexed.user_index.size)
   order = np.lexsort((
-      np.arange(indexed.user_index.size),
+      -rows if ties == 'latest_first' else rows,
       indexed.timestamp,
       indexed.user_index,
   ))

@@ -148,15 +148,17 @@ _TIES = [
 
 
 def test_leave_one_out_takes_latest_and_second_latest_ties_by_row():
-  # Items p=0 q=1 r=2 s=3 t=4. User a in time order: r(1), p(5, row 0),
-  # q(5, row 2), s(5, row 5); user b: t(1), r(2), p(3).
+  # Items p=0 q=1 r=2 s=3 t=4. User a: r(1), then p (row 0), q (row 2) and
+  # s (row 5) tied at 5: the first tied row in the file, p, is the test
+  # item, the next, q, the validation item (the reference's
+  # rank(method='first', ascending=False)). User b: t(1), r(2), p(3).
   data = preprocessing.leave_one_out_split(
       preprocessing.index_interactions(_frame(_TIES)), num_eval_negatives=0
   )
 
-  np.testing.assert_array_equal(data.test_items, [3, 0])
+  np.testing.assert_array_equal(data.test_items, [0, 0])
   np.testing.assert_array_equal(data.val_items, [1, 2])
-  assert _segments(data.train_offsets, data.train_items) == [[2, 0], [4]]
+  assert _segments(data.train_offsets, data.train_items) == [[2, 3], [4]]
   assert _segments(data.interacted_offsets, data.interacted_items) == [
       [0, 1, 2, 3],
       [0, 2, 4],
@@ -192,6 +194,40 @@ def test_leave_one_out_rejects_users_with_fewer_than_three():
       match=r"user '1m_7' has 2 .*--min_interactions=3",
   ):
     preprocessing.leave_one_out_split(indexed, num_eval_negatives=0)
+
+
+def test_leave_one_out_holds_out_what_the_reference_ranking_holds_out():
+  # The PFedRec / NCF reference code: rank each user's rows by timestamp,
+  # descending, ties in file order; rank 1 is the test item, 2 validation.
+  rng = np.random.default_rng(3)
+  rows = 600
+  frame = pd.DataFrame({
+      'user': [f'u{u}' for u in rng.integers(0, 40, rows)],
+      'item': [f'i{i}' for i in rng.permutation(rows)],  # no repeated pair
+      'rating': np.ones(rows),
+      'timestamp': rng.integers(0, 4, rows).astype(float),  # many ties
+  })
+  frame = frame[frame.groupby('user')['user'].transform('size') >= 3]
+  rank = frame.groupby('user')['timestamp'].rank(
+      method='first', ascending=False)
+  expected_test = frame[rank == 1].set_index('user')['item']
+  expected_val = frame[rank == 2].set_index('user')['item']
+
+  data = preprocessing.leave_one_out_split(
+      preprocessing.index_interactions(frame.reset_index(drop=True)),
+      num_eval_negatives=0,
+  )
+
+  users = data.user_ids.tolist()
+  assert data.item_ids[data.test_items].tolist() == [
+      expected_test[u] for u in users]
+  assert data.item_ids[data.val_items].tolist() == [
+      expected_val[u] for u in users]
+  # The last-row rule disagrees on this data: the test is not vacuous.
+  last = frame.groupby('user').apply(
+      lambda rows: rows.sort_values('timestamp', kind='stable')['item']
+      .iloc[-1])
+  assert any(last[u] != expected_test[u] for u in users)
 
 
 def test_leave_one_out_rejects_users_without_enough_negatives():
@@ -475,3 +511,38 @@ def test_training_examples_at_ml1m_size_are_complete_and_never_interacted():
   is_positive = examples.labels == 1
   np.testing.assert_array_equal(np.sort(example_keys[is_positive]), interacted)
   assert not np.isin(example_keys[~is_positive], interacted).any()
+
+
+def test_distinct_negatives_per_positive_are_a_uniform_subset():
+  # 200 users, one positive each, items 0..4 interacted, 5 of 10 free, k=4:
+  # with replacement a user's 4 draws repeat with probability 0.81; as
+  # PFedRec's random.sample, never. Each free item is in 4 / 5 of them.
+  users = 200
+  interacted = np.tile(np.arange(5), users)
+  examples = preprocessing.sample_training_examples(
+      train_offsets=np.arange(users + 1),
+      train_items=np.zeros(users, np.int32),
+      interacted_offsets=np.arange(0, 5 * users + 1, 5),
+      interacted_items=interacted,
+      num_items=10,
+      negatives_per_positive=4,
+      rng=np.random.default_rng(1),
+      distinct_per_positive=True,
+  )
+  counts = np.zeros(10)
+  for u in range(users):
+    items, labels = preprocessing.user_examples(examples, u)
+    negatives = items[labels == 0]
+    assert len(set(negatives.tolist())) == 4
+    assert negatives.min() >= 5
+    counts[negatives] += 1
+  # Binomial(200, 0.8): sd 5.7.
+  assert np.all(np.abs(counts[5:] - 160) < 25), counts
+  # A user with fewer free items than k draws with replacement.
+  few = preprocessing.sample_training_examples(
+      train_offsets=np.array([0, 1]), train_items=np.array([0]),
+      interacted_offsets=np.array([0, 7]), interacted_items=np.arange(7),
+      num_items=10, negatives_per_positive=4,
+      rng=np.random.default_rng(0), distinct_per_positive=True,
+  )
+  assert set(few.items[few.labels == 0].tolist()) <= {7, 8, 9}

@@ -80,25 +80,44 @@ def _sample_index(weights: tf.Tensor, uniform: tf.Tensor) -> tf.Tensor:
   return tf.minimum(index, tf.size(weights) - 1)
 
 
+def local_trials(num_clusters):
+  """Candidates per centre of greedy k-means++: 2 + floor(ln k), as
+  scikit-learn's `kmeans_plusplus` (and so its KMeans' default init)."""
+  k = tf.cast(num_clusters, tf.float32)
+  return 2 + tf.cast(tf.floor(tf.math.log(k)), tf.int32)
+
+
 def _kmeans_plus_plus(
     rows: tf.Tensor, weights: tf.Tensor, num_clusters, seed
 ) -> tf.Tensor:
-  """k-means++ centres (Arthur & Vassilvitskii 2007) [k, d].
+  """Greedy k-means++ centres [k, d] (Arthur & Vassilvitskii 2007, with
+  scikit-learn's greedy choice).
 
-  The first centre is a uniformly drawn real row; each next one a real row
-  drawn with probability proportional to its squared distance to the
-  nearest centre so far (D^2 sampling). Once every real row is a centre
-  (fewer distinct real rows than k) all distances are 0, and the remaining
-  centres are drawn uniformly from the real rows, duplicating some; their
-  clusters then end empty rather than NaN.
+  The first centre is a real row drawn uniformly; for each next one, L =
+  `local_trials(k)` candidate real rows are drawn with probability
+  proportional to their squared distance to the nearest centre so far (D^2
+  sampling), and the candidate that leaves the smallest total squared
+  distance, sum_i min(D_i^2, ||x_i - c||^2), becomes the centre, as
+  scikit-learn does. Once every real row is a centre (fewer distinct real
+  rows than k) all distances are 0, and the remaining centres are drawn
+  uniformly from the real rows, duplicating some; their clusters then end
+  empty rather than NaN.
+
+  Draws: uniforms U = stateless_uniform([k, L], seed); the first centre
+  takes U[0, 0], centre j its candidates from U[j, :], each by inverse-CDF
+  sampling (`_sample_index`).
   """
-  uniforms = tf.random.stateless_uniform([num_clusters], seed)
+  num_clusters = tf.convert_to_tensor(num_clusters, tf.int32)
+  trials = local_trials(num_clusters)
+  uniforms = tf.random.stateless_uniform(
+      tf.stack([num_clusters, trials]), seed
+  )
   num_rows, width = tf.shape(rows)[0], tf.shape(rows)[1]
   # With no real row at all every row is an equally (un)likely centre.
   fallback = tf.where(
       tf.reduce_sum(weights) > 0, weights, tf.ones([num_rows], tf.float32)
   )
-  first = rows[_sample_index(fallback, uniforms[0])]
+  first = rows[_sample_index(fallback, uniforms[0, 0])]
   centres = tf.tensor_scatter_nd_update(
       tf.zeros([num_clusters, width], rows.dtype), [[0]], first[tf.newaxis]
   )
@@ -106,17 +125,24 @@ def _kmeans_plus_plus(
 
   def body(j, centres, nearest_sq):
     d2_weights = weights * nearest_sq
-    chosen = _sample_index(
-        tf.where(tf.reduce_sum(d2_weights) > 0, d2_weights, fallback),
-        uniforms[j],
+    sampling = tf.where(tf.reduce_sum(d2_weights) > 0, d2_weights, fallback)
+    candidates = tf.map_fn(
+        lambda uniform: _sample_index(sampling, uniform), uniforms[j],
+        fn_output_signature=tf.int32,
     )
-    centre = rows[chosen]
+    # [L, n]: each candidate's squared distance to every row.
+    distances = tf.reduce_sum(
+        tf.square(rows[tf.newaxis] - tf.gather(rows, candidates)[:, None]),
+        axis=2,
+    )
+    potentials = tf.reduce_sum(
+        weights * tf.minimum(nearest_sq[tf.newaxis], distances), axis=1
+    )
+    best = tf.argmin(potentials, output_type=tf.int32)
     centres = tf.tensor_scatter_nd_update(
-        centres, [[j]], centre[tf.newaxis]
+        centres, [[j]], rows[candidates[best]][tf.newaxis]
     )
-    nearest_sq = tf.minimum(
-        nearest_sq, tf.reduce_sum(tf.square(rows - centre), axis=1)
-    )
+    nearest_sq = tf.minimum(nearest_sq, distances[best])
     return j + 1, centres, nearest_sq
 
   _, centres, _ = tf.while_loop(
@@ -149,10 +175,11 @@ def kmeans(
 ) -> KMeansResult:
   """k-means of the real rows of `rows` (FedRAS Sec. 2.1 objective).
 
-  Initialisation is k-means++ (D^2 sampling), seeded statelessly, so the
-  result is a function of (rows, mask, k, seed). k-means++ rather than k
-  uniformly drawn rows because the paper ran scikit-learn's KMeans (App.
-  A.2), whose default init is k-means++, and because uniform draws often
+  Initialisation is greedy k-means++ (D^2 sampling, the best of
+  `local_trials(k)` candidates per centre), seeded statelessly, so the
+  result is a function of (rows, mask, k, seed). Greedy k-means++ rather
+  than k uniformly drawn rows because the paper ran scikit-learn's KMeans
+  (App. A.2), whose default init it is, and because uniform draws often
   put two centres in one well-separated cluster and none in another, which
   Lloyd's iterations cannot undo. Then `num_iterations` Lloyd steps (assign
   each real row to its nearest centre, move each centre to the mean of its

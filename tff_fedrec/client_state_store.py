@@ -12,11 +12,19 @@ Layout (memory per user, see `bytes_per_user`):
   [n_p, ...];
 - personal item rows (dual personalization; kept when the store is made
   with an embedding width): per user, the ids [T_u] and rows [T_u, d] of
-  the item embedding rows the user fine-tuned in its last round.
+  the item embedding rows the user fine-tuned in its last round;
+- start tables (with personal rows, once a method records them,
+  `record_start_table`): the item table each user started its last round
+  from, whose rows score the items it did not fine-tune, as PFedRec's
+  reference code scores a user with the whole table it kept after its
+  round (`client_model_params[user]`). One [N, d] table is kept per round
+  that some user still started from (one in all with every user in every
+  round), not one per user.
 
 A round's group of users (`templates.user_groups`) always lies in one
 partition. `to_arrays` / `load_arrays` pack everything into flat numpy
-arrays (CSR for the personal rows) for checkpointing.
+arrays (CSR for the personal rows, the start tables stacked [K, N, d]
+with their rounds [K] and each user's round [U]) for checkpointing.
 
 Example (two users, one 2-wide user embedding each, no personal rows):
   >>> store = ClientStateStore.from_partitions(2, [
@@ -97,6 +105,9 @@ class ClientStateStore:
     self._personal_ids = [np.zeros([0], np.int32)] * num_users
     self._personal_rows = [np.zeros([0, dim], np.float32)] * num_users
     self._row_index = None
+    # -1: no start table (the caller's table scores its untrained rows).
+    self._start_round = np.full([num_users], -1, np.int64)
+    self._start_tables = {}
 
   @property
   def num_users(self) -> int:
@@ -216,14 +227,47 @@ class ClientStateStore:
       self._row_index = (num_items, keys[order], rows[order])
     return self._row_index[1:]
 
+  def record_start_table(
+      self, users: np.ndarray, round_num: int, table: np.ndarray
+  ) -> None:
+    """Notes that `users` start round `round_num` from item table `table`
+    [N, d]: after the round, their rows they do not fine-tune are read from
+    it (module docstring). Tables no user starts from any more are
+    dropped."""
+    if not self.keeps_personal_rows:
+      raise ValueError('Start tables score the rows a user did not '
+                       'fine-tune; this store keeps no personal rows.')
+    users = np.asarray(users, np.int64)
+    if users.size:
+      self._start_tables[int(round_num)] = np.array(table, np.float32)
+      self._start_round[users] = round_num
+    kept = set(np.unique(self._start_round[self._start_round >= 0]).tolist())
+    for old in set(self._start_tables) - kept:
+      del self._start_tables[old]
+
+  @property
+  def num_start_tables(self) -> int:
+    return len(self._start_tables)
+
   def item_vectors(
-      self, users: np.ndarray, items: np.ndarray, item_embedding: np.ndarray
+      self, users: np.ndarray, items: np.ndarray, item_embedding: np.ndarray,
+      *, start_vectors: Optional[np.ndarray] = None,
   ) -> np.ndarray:
-    """Each user's view of `items` [U, C]: personal row if any, else global.
+    """Each user's view of `items` [U, C]: its personal row if any, else
+    the row of the table it started its last round from: `start_vectors`
+    [U, C, d] if given (a method that keeps that table itself), else the
+    recorded start table, else `item_embedding`'s row (the global table).
 
     Returns float32 [U, C, d].
     """
-    vectors = item_embedding[items]
+    if start_vectors is not None:
+      vectors = np.array(start_vectors, np.float32)
+    else:
+      vectors = item_embedding[items]
+      starts = self._start_round[np.asarray(users, np.int64)]
+      for round_num in np.unique(starts[starts >= 0]):
+        mine = starts == round_num
+        vectors[mine] = self._start_tables[int(round_num)][items[mine]]
     num_items = item_embedding.shape[0]
     keys, rows = self._personal_row_index(num_items)
     if not keys.size:
@@ -239,16 +283,27 @@ class ClientStateStore:
     total = sum(leaf.nbytes for leaves in self._leaves for leaf in leaves)
     total += sum(ids.nbytes for ids in self._personal_ids)
     total += sum(rows.nbytes for rows in self._personal_rows)
+    if self._start_tables:
+      total += sum(table.nbytes for table in self._start_tables.values())
+      total += self._start_round.nbytes
     return total / self._num_users
 
   def to_arrays(self) -> collections.OrderedDict:
     """Flat numpy arrays holding the whole store (for checkpoints)."""
     counts = np.array([ids.size for ids in self._personal_ids], np.int64)
+    rounds = sorted(self._start_tables)
+    dim = self._embedding_dim or 0
     return collections.OrderedDict(
         local_leaves=[leaf.copy() for leaves in self._leaves for leaf in leaves],
         personal_offsets=np.concatenate([[0], np.cumsum(counts)]),
         personal_ids=np.concatenate(self._personal_ids),
         personal_rows=np.concatenate(self._personal_rows),
+        start_round=self._start_round.copy(),
+        start_table_rounds=np.array(rounds, np.int64),
+        start_tables=(
+            np.stack([self._start_tables[r] for r in rounds]) if rounds
+            else np.zeros([0, 0, dim], np.float32)
+        ),
     )
 
   def load_arrays(self, arrays) -> None:
@@ -273,3 +328,17 @@ class ClientStateStore:
         rows[offsets[u] : offsets[u + 1]] for u in range(self._num_users)
     ]
     self._row_index = None
+    start_round = np.asarray(arrays['start_round'], np.int64)
+    rounds = np.asarray(arrays['start_table_rounds'], np.int64)
+    tables = np.asarray(arrays['start_tables'], np.float32)
+    if start_round.shape != (self._num_users,) or len(tables) != rounds.size:
+      raise ValueError(
+          'Checkpointed client states do not match this model: start '
+          f'rounds of {start_round.shape} users (expected '
+          f'{self._num_users}), {len(tables)} start tables for '
+          f'{rounds.size} rounds.'
+      )
+    self._start_round = start_round.copy()
+    self._start_tables = {
+        int(r): table.copy() for r, table in zip(rounds, tables)
+    }

@@ -251,6 +251,96 @@ def test_bytes_per_user():
   assert store.bytes_per_user() == pytest.approx(expected)
 
 
+def _table(value):
+  return np.full([_NUM_ITEMS, _DIM], value, np.float32) + np.arange(
+      _NUM_ITEMS, dtype=np.float32)[:, None]
+
+
+def test_untrained_rows_come_from_the_table_each_user_last_started_from():
+  # PFedRec's reference code keeps each client's whole table after its
+  # round: its fine-tuned rows over the table broadcast at that round's
+  # start. Users 0 and 2 start round 3 from table A, user 1 starts round 5
+  # from table B, user 3 never trained (the global table scores it).
+  store = _filled_store()
+  table_a, table_b, global_table = _table(1000.0), _table(2000.0), _table(0.0)
+  store.record_start_table(np.array([0, 2]), 3, table_a)
+  store.record_start_table(np.array([1]), 5, table_b)
+  users = np.array([0, 1, 2, 3])
+  candidates = np.tile(np.arange(_NUM_ITEMS), (_NUM_USERS, 1))
+
+  got = store.item_vectors(users, candidates, global_table)
+
+  personal = {0: [3, 1, 2], 2: [4, 0], 1: [], 3: []}
+  start = {0: table_a, 1: table_b, 2: table_a, 3: global_table}
+  for row, user in enumerate(users):
+    for column, item in enumerate(candidates[row]):
+      if item in personal[user]:
+        expected = [100.0 * (user + 1) + item, -item]
+      else:
+        expected = start[user][item]
+      np.testing.assert_array_equal(got[row, column], expected)
+  assert store.num_start_tables == 2
+
+
+def test_start_tables_no_user_refers_to_are_dropped():
+  store = _filled_store()
+  store.record_start_table(np.array([0, 1]), 0, _table(1.0))
+  store.record_start_table(np.array([0]), 1, _table(2.0))
+  assert store.num_start_tables == 2  # User 1 still started from round 0.
+  store.record_start_table(np.array([1, 2, 3]), 2, _table(3.0))
+  assert store.num_start_tables == 2  # Rounds 1 (user 0) and 2.
+  store.record_start_table(np.array([0, 1, 2, 3]), 3, _table(4.0))
+  assert store.num_start_tables == 1
+  candidates = np.tile(np.arange(_NUM_ITEMS), (_NUM_USERS, 1))
+  np.testing.assert_array_equal(
+      store.item_vectors(np.array([3]), candidates[:1], _table(0.0))[0],
+      _table(4.0),
+  )
+
+
+def test_given_start_vectors_replace_the_tables_under_personal_rows():
+  store = _filled_store()
+  store.record_start_table(np.array([0]), 0, _table(1.0))
+  candidates = np.array([[1, 4, 3, 0]])
+  start = np.full([1, 4, _DIM], -7.0, np.float32)
+
+  got = store.item_vectors(np.array([0]), candidates, _table(0.0),
+                           start_vectors=start)
+
+  # User 0's personal rows are items 3, 1, 2.
+  np.testing.assert_array_equal(got[0, 1], [-7.0, -7.0])
+  np.testing.assert_array_equal(got[0, 3], [-7.0, -7.0])
+  np.testing.assert_array_equal(got[0, 0], [101.0, -1.0])
+  np.testing.assert_array_equal(got[0, 2], [103.0, -3.0])
+
+
+def test_start_tables_survive_a_checkpoint_and_count_in_the_bytes():
+  store = _filled_store()
+  before = store.bytes_per_user()
+  store.record_start_table(np.array([0, 2]), 3, _table(1000.0))
+  store.record_start_table(np.array([1]), 5, _table(2000.0))
+  restored = client_state_store.ClientStateStore(_NUM_USERS, _initial_state())
+
+  restored.load_arrays(store.to_arrays())
+
+  candidates = np.tile(np.arange(_NUM_ITEMS), (_NUM_USERS, 1))
+  users = np.arange(_NUM_USERS)
+  np.testing.assert_array_equal(
+      restored.item_vectors(users, candidates, _table(0.0)),
+      store.item_vectors(users, candidates, _table(0.0)),
+  )
+  # Two [N, d] float32 tables and one int64 round per user.
+  assert store.bytes_per_user() == pytest.approx(
+      before + (2 * _NUM_ITEMS * _DIM * 4 + 8 * _NUM_USERS) / _NUM_USERS)
+
+
+def test_start_tables_need_a_store_with_personal_rows():
+  store = client_state_store.ClientStateStore.from_partitions(
+      2, [(np.arange(2), {'user': np.zeros([2, 2], np.float32)})])
+  with pytest.raises(ValueError, match='keeps no personal rows'):
+    store.record_start_table(np.array([0]), 0, _table(0.0))
+
+
 def test_to_arrays_load_arrays_round_trip():
   store = _filled_store()
   arrays = store.to_arrays()

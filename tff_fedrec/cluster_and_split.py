@@ -35,7 +35,9 @@ Every split keeps the earlier groups' labels and gives the new group the
 next label, so the groups at any count between C_i and the final one are
 recovered from the final labels and the parent of each split-off label.
 That is how clients of different bandwidths (Sec. 5.5) each get a matrix:
-a client with bandwidth e rows gets the groups at min(e, first stop).
+`actions_at(gradient, split, c)` is the matrix of c groups for any c
+between C_i and the first stop (`downlink_codecs.ClusteredActionsDownlink`
+says which c a client of bandwidth e takes).
 
 The splitting is a tf.while_loop whose trip count depends on the data, so
 this runs in graph mode (`tff.tensorflow.computation`) as it does eagerly.
@@ -305,7 +307,8 @@ def cluster_and_split(
 def actions_at(
     gradient: tf.Tensor, split: SplitResult, bandwidth=None
 ) -> action_clustering.KMeansResult:
-  """The compressed matrix for a client of `bandwidth` rows, Sec. 4.3/5.5.
+  """The compressed matrix of at most `bandwidth` groups, Sec. 4.3/5.5
+  (how many a client takes: `downlink_codecs.ClusteredActionsDownlink`).
 
   The groups at min(bandwidth, split.group_count): labels split off after
   that count are mapped back to their parents, and each group's action is

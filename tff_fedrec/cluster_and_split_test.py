@@ -278,3 +278,107 @@ def test_runs_in_a_tf1_graph_like_eagerly():
   np.testing.assert_allclose(
       got_actions.centroids, eager_actions.centroids, rtol=1e-6
   )
+
+
+def _numpy_avg_cos(rows, members):
+  """AvgCosSim of one group (Sec. 4.3), float64; 0 for a group whose mean
+  is 0."""
+  group = rows[members]
+  centre = group.mean(axis=0)
+  norms = np.linalg.norm(group, axis=1) * np.linalg.norm(centre)
+  if not np.linalg.norm(centre):
+    return 0.0
+  return float(np.mean(group @ centre / norms))
+
+
+def _numpy_cluster_and_split(rows, initial_labels, expected, alpha,
+                             threshold):
+  """Sec. 4.3 from the paper's text, in numpy, from the initial k-means
+  labels into C_i groups: split the group of least AvgCosSim at its least
+  cosine-similar pair (the first of the pair in row order keeps the label;
+  each member joins the centre it is more cosine-similar to, ties to the
+  first); stop at the first count where every group is at least
+  `threshold`-similar (None: round 0, at C_e) or at C_m; when that is below
+  C_e, split on to C_e for the record. Returns (labels, parents,
+  group_count, final_count, similarity at C_e)."""
+  rows = rows.astype(np.float64)
+  c_i = max(1, int(expected * (1 - alpha) + 0.5))
+  c_m = max(expected, int(expected * (1 + alpha) + 0.5))
+  labels = np.array(initial_labels)
+  parents = list(range(c_m))
+  unit = rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True),
+                           1e-30)
+  count, stop, recorded = c_i, None, None
+
+  def similarities():
+    return {g: _numpy_avg_cos(rows, labels == g) for g in range(count)
+            if np.any(labels == g)}
+
+  def observe():
+    nonlocal stop, recorded
+    least = min(similarities().values())
+    stops = count >= expected if threshold is None else least >= threshold
+    if stop is None and stops:
+      stop = count
+    if count == expected:
+      recorded = least
+
+  observe()
+  while count < c_m and not (stop is not None and count >= expected):
+    values = {g: v for g, v in similarities().items()
+              if np.sum(labels == g) >= 2}
+    if not values:
+      break
+    worst = min(values, key=lambda g: (values[g], g))
+    members = np.flatnonzero(labels == worst)
+    cosine = unit[members] @ unit[members].T
+    np.fill_diagonal(cosine, np.inf)
+    first, second = np.unravel_index(np.argmin(cosine), cosine.shape)
+    to_second = (unit[members] @ unit[members[second]]
+                 > unit[members] @ unit[members[first]])
+    to_second[first], to_second[second] = False, True
+    labels[members[to_second]] = count
+    parents[count] = worst
+    count += 1
+    observe()
+  if stop is None:
+    stop = count
+  if count < expected:
+    recorded = min(similarities().values())
+  return labels, np.array(parents), stop, count, recorded
+
+
+@pytest.mark.parametrize('seed', range(6))
+@pytest.mark.parametrize('threshold', [None, 0.55, 0.8])
+def test_cluster_and_split_matches_a_numpy_reading_of_sec_4_3(seed,
+                                                             threshold):
+  # Random heavy-tailed gradient rows with untrained (zero) items. Where
+  # the paper's rule and a plausible other one disagree (split the largest
+  # group rather than the least similar one; assign members by Euclidean
+  # distance rather than cosine; start from the farthest Euclidean pair
+  # rather than the least cosine-similar one), these inputs give other
+  # groups, so only Sec. 4.3's rule passes.
+  rng = np.random.default_rng(seed)
+  rows = rng.standard_t(3, size=(60, 5)).astype(np.float32)
+  rows[rng.choice(60, 6, replace=False)] = 0.0
+  expected, alpha = 10, 0.4
+  history = (cluster_and_split.initial_similarity_history()
+             if threshold is None else _history(threshold))
+  tf_seed = tf.constant([seed, 4], tf.int64)
+
+  got = cluster_and_split.cluster_and_split(
+      rows, expected_groups=expected, alpha=alpha, history=history,
+      seed=tf_seed,
+  )
+
+  sent = np.any(rows != 0, axis=1)
+  initial = action_clustering.kmeans(rows, 6, tf_seed, sent).assignments
+  labels, parents, group_count, final_count, recorded = (
+      _numpy_cluster_and_split(rows, initial.numpy(), expected, alpha,
+                               threshold))
+  np.testing.assert_array_equal(got.assignments, labels)
+  np.testing.assert_array_equal(got.parents, parents)
+  assert int(got.group_count) == group_count
+  assert int(got.final_count) == final_count
+  assert float(got.similarity_at_expected) == pytest.approx(recorded,
+                                                           abs=1e-5)

@@ -2,12 +2,14 @@
 
 Each user scores its held-out item together with its 99 sampled negatives
 using its client state (local parameters and, with dual personalization, its
-fine-tuned item rows) and the current global parameters, as the reference code
-evaluates `client_model_params[user]`. The scoring is batched over users; the
-math is `models.logits_from_vectors`, the same the clients train with.
+fine-tuned item rows over the table it started its last round from, when the
+store recorded one: `client_state_store`) and the current global parameters,
+as the reference code evaluates `client_model_params[user]`. The scoring is
+batched over users; the math is `models.logits_from_vectors`, the same the
+clients train with.
 """
 
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -25,12 +27,19 @@ def score_candidates(
     *,
     users: Optional[np.ndarray] = None,
     user_batch_size: int = 1024,
+    item_vectors: Optional[
+        Callable[[np.ndarray, np.ndarray], np.ndarray]] = None,
 ) -> np.ndarray:
   """Logits [U, C] of each user's model for its candidate items [U, C];
-  `users` [U] (default: every user of the store, in order)."""
+  `users` [U] (default: every user of the store, in order).
+  `item_vectors(users, items)` gives the users' item vectors [U, C, d]
+  (default: `store.item_vectors` over the global table)."""
   if users is None:
     users = np.arange(candidates.shape[0])
   item_embedding = np.asarray(global_params['item_embedding'])
+  if item_vectors is None:
+    def item_vectors(users, items):
+      return store.item_vectors(users, items, item_embedding)
   shared = {k: v for k, v in global_params.items() if k != 'item_embedding'}
   scores = np.empty(candidates.shape, np.float32)
   for start in range(0, candidates.shape[0], user_batch_size):
@@ -38,7 +47,7 @@ def score_candidates(
     params = dict(shared)
     local = store.stacked_local_parameters(users[rows])
     params.update((k, local[k]) for k in spec.local_keys)
-    vectors = store.item_vectors(users[rows], candidates[rows], item_embedding)
+    vectors = item_vectors(users[rows], candidates[rows])
     scores[rows] = models.logits_from_vectors(
         spec, params, tf.constant(vectors)
     ).numpy()

@@ -55,11 +55,11 @@ CATCH_UP_ROUNDS = flags.DEFINE_integer(
     'table.',
 )
 RESYNC_WHEN_CHEAPER = flags.DEFINE_bool(
-    'resync_when_cheaper', True,
+    'resync_when_cheaper', False,
     'Compressed exchanges: a returning client downloads the whole table when '
-    'the messages it missed would cost more bytes. --noresync_when_cheaper '
-    'applies every message within --catch_up_rounds (Algorithm 1 sends one '
-    'message a round).',
+    'the messages it missed would cost more bytes. Off by default: FedRAS\'s '
+    'Algorithm 1 has no such download, and a client applies every message '
+    'it missed within --catch_up_rounds.',
 )
 
 _COMPRESSION = (COMPRESSION_RATE, CATCH_UP_ROUNDS, RESYNC_WHEN_CHEAPER)

@@ -29,6 +29,13 @@ DUAL_PERSONALIZATION = flags.DEFINE_bool(
     'Add PFedRec\'s dual personalization to fedmf / fedncf / fedrecon '
     '(Table 3). pfedrec always has it.',
 )
+UNTRAINED_ITEM_ROWS = flags.DEFINE_enum(
+    'untrained_item_rows', 'round_start', ['round_start', 'aggregated'],
+    'With dual personalization, which item table scores the items a user '
+    'did not fine-tune in its last round: round_start, the table it started '
+    'that round from (PFedRec\'s reference code), or aggregated, the '
+    'server\'s latest table.',
+)
 EMBEDDING_DIM = flags.DEFINE_integer('embedding_dim', 32, 'Embedding size.')
 HIDDEN_UNITS = flags.DEFINE_list(
     'hidden_units', [],
@@ -68,6 +75,7 @@ def _local_sgd(context: group.BuildContext) -> dict:
   fields = {'batch_size': BATCH_SIZE.value}
   if DUAL_PERSONALIZATION.value is not None:
     fields['dual_personalization'] = DUAL_PERSONALIZATION.value
+  fields['untrained_item_rows'] = UNTRAINED_ITEM_ROWS.value
   item_learning_rate = ITEM_LEARNING_RATE.value
   if item_learning_rate is None:
     learning_rate = LEARNING_RATE.value
@@ -112,7 +120,8 @@ GROUPS = (
     ),
     group.FlagGroup(
         'local_sgd', 'local SGD on the item rows of a user',
-        (BATCH_SIZE, ITEM_LEARNING_RATE, ITEM_LR_ETA, DUAL_PERSONALIZATION),
+        (BATCH_SIZE, ITEM_LEARNING_RATE, ITEM_LR_ETA, DUAL_PERSONALIZATION,
+         UNTRAINED_ITEM_ROWS),
         _local_sgd, _check_local_sgd,
     ),
     group.FlagGroup(

@@ -27,6 +27,12 @@ def _fedras_codec(expected_groups=8, alpha=0.5):
   )
 
 
+def _groups_taken(e, alpha, group_count):
+  """What a client of bandwidth e takes: the first stop's groups, at most
+  round(e (1 + alpha)) (numpy, from the docstring)."""
+  return min(max(int(e), int(np.floor(e * (1 + alpha) + 0.5))), group_count)
+
+
 def test_each_bandwidth_decodes_the_matrix_actions_at_gives():
   codec = _fedras_codec()
   update = _update()
@@ -42,8 +48,11 @@ def test_each_bandwidth_decodes_the_matrix_actions_at_gives():
   )
   # Round 0 has no threshold yet and splits to C_e = 8 groups.
   assert int(summary['group_count']) == int(split.group_count) == 8
-  for client, e in enumerate(bandwidth):
-    expected = cluster_and_split.actions_at(update, split, e)
+  # e = 4 takes round(4 * 1.5) = 6 groups; e >= 5 the first stop's 8.
+  taken = [_groups_taken(e, 0.5, 8) for e in bandwidth]
+  assert taken == [6, 8, 8, 8, 8]
+  for client, groups in enumerate(taken):
+    expected = cluster_and_split.actions_at(update, split, groups)
     np.testing.assert_allclose(
         rows[client],
         action_clustering.decode_actions(
@@ -51,17 +60,58 @@ def test_each_bandwidth_decodes_the_matrix_actions_at_gives():
         ),
         rtol=1e-5, atol=1e-6,
     )
-    groups = min(int(e), 8)
     assert int(sent[client]) == gradient_compression.encoded_bytes(
         'fedras', _NUM_ITEMS, _DIM, groups
     )
-  # By hand: e = 5 gets 5 actions of 4 floats and 40 one-byte indices.
-  assert int(sent[1]) == 4 * 5 * 4 + 40
+  # By hand: e = 5 gets 8 actions of 4 floats and 40 one-byte indices.
+  assert int(sent[1]) == 4 * 8 * 4 + 40
   np.testing.assert_array_equal(codec.message_bytes(message, bandwidth), sent)
   # Untrained items stay untouched; fewer groups mean a coarser matrix.
   np.testing.assert_array_equal(rows[:, [3, 17]], 0.0)
-  assert len(np.unique(rows[0], axis=0)) == 4 + 1
+  assert len(np.unique(rows[0], axis=0)) == 6 + 1
   assert len(np.unique(rows[4], axis=0)) == 8 + 1
+
+
+@pytest.mark.parametrize('alpha', [0.25, 0.5])
+def test_a_round_that_stops_above_c_e_sends_its_groups_to_a_c_e_client(alpha):
+  # Sec. 4.3: the first stop's matrix is what the server sends, anywhere in
+  # [C_e (1 - alpha), C_e (1 + alpha)]. An unreachable threshold (every
+  # group 0.999-similar) makes the round split on to C_m; a client whose
+  # bandwidth is C_e = 8 receives, and pays for, all C_m groups.
+  codec = _fedras_codec(alpha=alpha)
+  state = {'total': tf.constant(0.999), 'count': tf.constant(1)}
+
+  message, _, summary = codec.encode(_update(), state, _SEED)
+  rows, sent = (t.numpy() for t in codec.decode(message, np.array([8])))
+
+  c_m = int(8 * (1 + alpha) + 0.5)
+  assert int(summary['group_count']) == c_m == codec.max_groups
+  assert len(np.unique(rows[0], axis=0)) == c_m + 1  # And the zero rows.
+  assert int(sent[0]) == 4 * c_m * _DIM + _NUM_ITEMS
+
+
+def test_mean_cosine_is_the_rows_mean_cosine_to_their_group_means():
+  codec = _fedras_codec()
+  update = _update(3)
+  message, _, summary = codec.encode(update, codec.initial_state(), _SEED)
+
+  # numpy: the groups of the first stop from the message's labels (later
+  # labels merged into their parents), each row's cosine to its group mean.
+  labels = np.asarray(message['assignments']).copy()
+  parents = np.asarray(message['parents'])
+  count = int(message['group_count'])
+  while np.any(labels >= count):
+    labels = np.where(labels >= count, parents[np.maximum(labels, 0)],
+                      labels)
+  cosines = []
+  for row, label in zip(update.astype(np.float64), labels):
+    if label < 0:
+      continue
+    mean = update[labels == label].astype(np.float64).mean(axis=0)
+    cosines.append(row @ mean / np.linalg.norm(row) / np.linalg.norm(mean))
+  assert float(summary['mean_cosine']) == pytest.approx(np.mean(cosines),
+                                                         rel=1e-5)
+  assert 0.0 < float(summary['mean_cosine']) < 1.0
 
 
 def test_the_similarity_history_carries_into_the_next_round():
@@ -103,8 +153,9 @@ def test_fewer_than_two_initial_groups_are_refused():
 def test_a_bandwidth_below_the_fewest_groups_fails():
   codec = _fedras_codec()
   message, _, _ = codec.encode(_update(), codec.initial_state(), _SEED)
+  # e = 2 takes at most round(2 * 1.5) = 3 groups, below C_i = 4.
   with pytest.raises(tf.errors.InvalidArgumentError, match='C_e'):
-    codec.decode(message, np.array([3], np.int32))
+    codec.decode(message, np.array([2], np.int32))
 
 
 def test_zero_message_has_the_encoded_messages_shapes():

@@ -29,6 +29,8 @@ An exchange has
   distributor                the `templates.distributors` role;
   replaces_trained_rows      whether the server sets trained item rows to
                              their aggregate instead of adding it;
+  keeps_client_copies        whether each client keeps its own item table
+                             (`item_copy` in its local state);
   item_factory()             the aggregation factory of the `item` upload;
   item_upload_type(dim)      that upload's type;
   local_state(table)         what it adds to a user's client state (numpy);
@@ -119,6 +121,7 @@ class BroadcastExchange:
   distributor = distributors.Broadcast()
   uses_bandwidth = False
   replaces_trained_rows = False
+  keeps_client_copies = False
 
   def __post_init__(self):
     if not self.ldp_noise_scale >= 0.0:
@@ -303,7 +306,8 @@ class CompressedExchange:
     catch_up_rounds: H, the rounds of messages the server keeps; a client
       away longer downloads the table.
     resync_when_cheaper: a client whose missed messages cost more bytes
-      than the table downloads the table instead.
+      than the table downloads the table instead (not in FedRAS's
+      Algorithm 1, so off by default).
     seed: Seeds the round's shared seed (`distributors.round_seed`).
   """
 
@@ -314,10 +318,12 @@ class CompressedExchange:
   normalization: str = 'participation'
   exchange_embeddings: bool = False
   catch_up_rounds: int = 32
-  resync_when_cheaper: bool = True
+  resync_when_cheaper: bool = False
   seed: int = 0
 
   uses_bandwidth = True
+  # Every client's item_copy [N, d] in its local state.
+  keeps_client_copies = True
 
   def __post_init__(self):
     if self.catch_up_rounds < 1:

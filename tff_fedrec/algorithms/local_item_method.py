@@ -15,8 +15,12 @@ their driver this one:
   scores   each user's own model: its local parameters, its fine-tuned
            rows where it has them, and the server's global parameters
            (`evaluation.score_candidates`), as PFedRec's reference code
-           evaluates `client_model_params[user]`; FedRAS scores with the
-           server's Q and theta and each p_u.
+           evaluates `client_model_params[user]`: with dual
+           personalization the items a user did not fine-tune are scored
+           by the table it started its last round from (the broadcast,
+           recorded in the store, or its own copy under a compressed
+           exchange; `training.untrained_item_rows`); FedRAS scores with
+           the server's Q and theta and each p_u.
 
 Example:
   >>> method = build_method(spec, training, exchanges.BroadcastOptions(),
@@ -76,20 +80,17 @@ def on_device_tier_model(
 
 def on_device_user_model(
     spec: models.RecommenderSpec, global_params, store, user: int,
+    item_table: np.ndarray,
 ) -> method.OnDeviceModel:
-  """User `user`'s model: its fine-tuned rows over the global table, its
-  score layers and user embedding."""
+  """User `user`'s model: its item table `item_table` [N, d] (its
+  fine-tuned rows over the table it scores the others with), its score
+  layers and user embedding."""
   global_params = _numpy(global_params)
   local = tf.nest.map_structure(
       lambda leaf: np.asarray(leaf)[0],
       store.stacked_local_parameters(np.array([user])),
   )
-  params = collections.OrderedDict(
-      item_embedding=store.item_vectors(
-          np.array([user]), np.arange(spec.num_items)[None],
-          global_params['item_embedding'].copy(),
-      )[0]
-  )
+  params = collections.OrderedDict(item_embedding=np.asarray(item_table))
   if spec.has_score_layers:
     source = local if 'score_layers' in spec.local_keys else global_params
     params['score_layers'] = _numpy(source['score_layers'])
@@ -114,6 +115,13 @@ class ItemTableMethod(method.Method):
   def global_parameters(self, server_state):
     return server_state['global_parameters']
 
+  def user_item_vectors(self, server_state, store, users, items):
+    """Each of `users`' item vectors for `items` [U, C]: [U, C, d]."""
+    return store.item_vectors(
+        users, items,
+        np.asarray(self.global_parameters(server_state)['item_embedding']),
+    )
+
   def score(self, server_state, store, users, candidates=None):
     users = np.asarray(users)
     if candidates is None:
@@ -123,11 +131,14 @@ class ItemTableMethod(method.Method):
     return evaluation.score_candidates(
         self.spec, self.global_parameters(server_state), store,
         np.asarray(candidates), users=users,
+        item_vectors=lambda u, i: self.user_item_vectors(
+            server_state, store, u, i),
     )
 
   def summary_fields(self, server_state, store, history):
     del server_state
-    return method.bytes_summary(history, store)
+    return {**method.bytes_summary(history, store),
+            **method.downlink_summary(history)}
 
   def on_device_tiers(self) -> list[str]:
     return [SINGLE_TIER]
@@ -141,7 +152,11 @@ class ItemTableMethod(method.Method):
 
   def on_device_user_model(self, server_state, store, user):
     return on_device_user_model(
-        self.spec, self.global_parameters(server_state), store, user
+        self.spec, self.global_parameters(server_state), store, user,
+        item_table=self.user_item_vectors(
+            server_state, store, np.array([user]),
+            np.arange(self.spec.num_items)[None],
+        )[0],
     )
 
 
@@ -176,10 +191,36 @@ class LocalItemMethod(ItemTableMethod):
         self.num_users, self.initial_client_state
     )
 
+  @property
+  def _scores_untrained_rows_at_round_start(self) -> bool:
+    return (self.training.dual_personalization
+            and self.training.untrained_item_rows == 'round_start')
+
+  def user_item_vectors(self, server_state, store, users, items):
+    """With `_scores_untrained_rows_at_round_start` under an exchange that
+    keeps client copies, a user's rows come from its copy (the table it
+    started its last round from); otherwise as `ItemTableMethod`'s, whose
+    store holds the recorded start tables."""
+    if not (self._scores_untrained_rows_at_round_start
+            and self.exchange.keeps_client_copies):
+      return super().user_item_vectors(server_state, store, users, items)
+    copies = store.stacked_local_parameters(users)['item_copy']
+    return store.item_vectors(
+        users, items,
+        np.asarray(self.global_parameters(server_state)['item_embedding']),
+        start_vectors=np.take_along_axis(copies, items[..., None], axis=1),
+    )
+
   def run_round(self, server_state, store, round_input, *,
                 users_per_client: int = 1) -> method.RoundResult:
     users = np.asarray(round_input.users)
     fields = self.exchange.client_fields(users)
+    if (self._scores_untrained_rows_at_round_start
+        and not self.exchange.keeps_client_copies):
+      store.record_start_table(
+          users, round_input.round_num,
+          self.global_parameters(server_state)['item_embedding'],
+      )
 
     def group_data(positions):
       data = user_groups.group_client_data(
@@ -201,6 +242,10 @@ class LocalItemMethod(ItemTableMethod):
         metrics={
             'train_loss': float(metrics['train_loss']),
             **{key: float(value) for key, value in sent._asdict().items()},
+            # The encoded downlink's own figures (FedRAS: group_count,
+            # mean_cosine, similarity_at_expected), for the next round.
+            **{f'downlink_{key}': float(value)
+               for key, value in metrics['distributor'].items()},
         },
     )
 

@@ -57,6 +57,9 @@ from tff_fedrec.templates import finalizers
 from tff_fedrec.templates import two_phase
 
 
+UNTRAINED_ITEM_ROWS = ('round_start', 'aggregated')
+
+
 @dataclasses.dataclass(frozen=True)
 class ClientTrainingConfig:
   """Hyperparameters of the local training (PFedRec Sec. 6.2 defaults).
@@ -69,6 +72,12 @@ class ClientTrainingConfig:
     local_epochs: Local epochs E.
     dual_personalization: Alternating updates and personal item rows (Sec
       4.2).
+    untrained_item_rows: With dual personalization, which table scores the
+      items a user did not fine-tune in its last round: 'round_start', the
+      table it started that round from (the broadcast, or its own copy
+      under a compressed exchange), as PFedRec's reference code evaluates
+      the whole table a client kept; or 'aggregated', the server's table
+      after the latest aggregation.
   """
 
   learning_rate: float = 0.1
@@ -76,12 +85,18 @@ class ClientTrainingConfig:
   batch_size: int = 256
   local_epochs: int = 1
   dual_personalization: bool = True
+  untrained_item_rows: str = 'round_start'
 
   def __post_init__(self):
     for name in ('batch_size', 'local_epochs'):
       if getattr(self, name) < 1:
         raise ValueError(f'{name} must be at least 1; got '
                          f'{getattr(self, name)}.')
+    if self.untrained_item_rows not in UNTRAINED_ITEM_ROWS:
+      raise ValueError(
+          f'untrained_item_rows must be one of {UNTRAINED_ITEM_ROWS}; got '
+          f'{self.untrained_item_rows!r}.'
+      )
 
 
 def client_data_type(exchange) -> collections.OrderedDict:

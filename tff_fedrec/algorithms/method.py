@@ -208,3 +208,18 @@ def bytes_summary(history: list, store) -> dict:
       'measured_compression_rate': rates,
       'client_state_bytes_per_user': store.bytes_per_user(),
   }
+
+
+def downlink_summary(history: list) -> dict:
+  """{'downlink': the mean over rounds of each `downlink_<name>` figure a
+  method reports (FedRAS: group_count, mean_cosine, similarity_at_expected:
+  its Fig. 5b and Sec. 5.4.2)}, or {} if it reports none."""
+  keys = sorted({key for row in history for key in row
+                 if key.startswith('downlink_')})
+  if not keys:
+    return {}
+  return {'downlink': {
+      'mean_' + key[len('downlink_'):]: statistics.fmean(
+          row[key] for row in history if key in row)
+      for key in keys
+  }}

@@ -32,10 +32,11 @@ Interpretations of the paper:
     instead of N (1 - CR) = 105 for ML-100K at CR = 93.75%.
   - A client away from rounds catches up on every message it missed, up
     to H = `catch_up_rounds` rounds kept by the server, and downloads the
-    server's table in full beyond that, or (`resync_when_cheaper`, the
-    default) as soon as the missed messages cost more bytes than the
-    table; its download bytes count them all. Algorithm 1 shows one
-    message per round, as if every client were present every round.
+    server's table in full beyond that, or, with `resync_when_cheaper`
+    (an option, not in Algorithm 1), as soon as the missed messages cost
+    more bytes than the table; its download bytes count them all.
+    Algorithm 1 shows one message per round, as if every client were
+    present every round.
   - FedRAS-E uploads clustered trained embeddings; the server sets each
     trained item to the participation mean of the decoded rows and sends
     the whole table clustered; clients replace their copies.
@@ -88,7 +89,8 @@ class FedRASOptions:
       tier (`RunData.user_tiers`); exclusive with the range.
     catch_up_rounds: H, how many rounds of messages the server keeps.
     resync_when_cheaper: A returning client downloads the table when its
-      missed messages would cost more (`distributors.catch_up`).
+      missed messages would cost more (`distributors.catch_up`); not in
+      Algorithm 1, off by default.
     num_iterations: Lloyd steps of every k-means.
   """
 
@@ -98,7 +100,7 @@ class FedRASOptions:
   compression_rate_range: Optional[tuple[float, float]] = None
   tier_compression_rates: Optional[tuple[float, float, float]] = None
   catch_up_rounds: int = DEFAULT_CATCH_UP_ROUNDS
-  resync_when_cheaper: bool = True
+  resync_when_cheaper: bool = False
   num_iterations: int = action_clustering.DEFAULT_LLOYD_ITERATIONS
 
   def __post_init__(self):
@@ -144,11 +146,13 @@ class FedRASOptions:
         expected_groups=bandwidths.expected_groups, alpha=alpha,
         num_iterations=self.num_iterations,
     )
-    if downlink_codec.initial_groups > bandwidths.smallest:
+    most = downlink_codec.most_groups(bandwidths.smallest)
+    if downlink_codec.initial_groups > most:
       raise ValueError(
           f'C_e (1 - alpha) = {downlink_codec.initial_groups} groups exceeds '
-          f'the smallest bandwidth, {bandwidths.smallest} rows: raise alpha '
-          '(Sec. 5.5 adjusts it to the range).'
+          f'the {most} groups the smallest bandwidth, '
+          f'{bandwidths.smallest} rows, takes: raise alpha (Sec. 5.5 adjusts '
+          'it to the range).'
       )
     return exchanges.CompressedExchange(
         num_items=num_items,
@@ -209,7 +213,7 @@ class CodecBaselineOptions:
   scheme: str
   compression_rate: float = 0.9375
   catch_up_rounds: int = DEFAULT_CATCH_UP_ROUNDS
-  resync_when_cheaper: bool = True
+  resync_when_cheaper: bool = False
 
   def __post_init__(self):
     if self.scheme not in _BASELINE_CODECS:

@@ -143,7 +143,7 @@ class _Reference:
   def __init__(self, method, *, scheme, downlink_parameter=None, alpha=0.2,
                normalization='participation', embeddings=False,
                catch_up_rounds=fedras_exchange.DEFAULT_CATCH_UP_ROUNDS,
-               resync_when_cheaper=True):
+               resync_when_cheaper=False):
     self.spec = method.spec
     self.resync_when_cheaper = resync_when_cheaper
     params = tf.nest.map_structure(np.copy, method.initial_parameters)
@@ -166,6 +166,7 @@ class _Reference:
     self.messages = {}
     self.tables = [self.table]
     self.clustered_uploads = 0
+    self.group_counts = []
 
   def _round_seed(self, round_num):
     return np.array([0, round_num], np.int64)
@@ -230,10 +231,14 @@ class _Reference:
           history=self.similarity, seed=self._round_seed(round_num),
       )
       self.similarity = split.history
+      self.group_counts.append(int(split.group_count))
 
       def decode(bandwidth):
-        actions = cluster_and_split.actions_at(payload, split, bandwidth)
-        groups = min(int(bandwidth), int(split.group_count))
+        # Sec. 4.3: the first stop's groups, at most C_m of the bandwidth.
+        most = max(int(bandwidth),
+                   int(np.floor(bandwidth * (1 + self.alpha) + 0.5)))
+        groups = min(most, int(split.group_count))
+        actions = cluster_and_split.actions_at(payload, split, groups)
         return (
             np.asarray(action_clustering.decode_actions(*actions)),
             gradient_compression.encoded_bytes('fedras', n, d, groups),
@@ -409,6 +414,9 @@ def _run_and_compare(method, reference, schedule=_SCHEDULE, bandwidth=None):
         * gradient_compression.dense_bytes(*reference.table.shape)
     )
     assert int(state['round_num']) == round_num + 1
+    if reference.group_counts:
+      # The round's metrics carry the message's group count.
+      assert sent['downlink_group_count'] == reference.group_counts[-1]
   return state, store
 
 
