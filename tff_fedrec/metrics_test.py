@@ -1,4 +1,5 @@
 import math
+import re
 
 import numpy as np
 import pytest
@@ -83,12 +84,18 @@ class TestSampledRank:
         metrics.sampled_rank(np.zeros((2, 100))), [100, 100]
     )
 
-  def test_rejects_a_missing_negative_column(self):
-    with pytest.raises(ValueError, match='1 \\+ M'):
-      metrics.sampled_rank(np.zeros((3, 1)))
+  @pytest.mark.parametrize('shape', [(3, 1), (0, 5), (5,), (2, 3, 4)])
+  def test_rejects_scores_that_are_not_users_by_candidates(self, shape):
+    # No negative column, no user, a flat vector, a third axis: each is
+    # named with its shape, not left to fail (or average nothing) later.
+    with pytest.raises(
+        ValueError, match=r'^scores must be \[U, 1 \+ M\] .* got shape '
+        + re.escape(str(shape)) + r'\.$'
+    ):
+      metrics.sampled_rank(np.zeros(shape))
 
   def test_rejects_nan(self):
-    with pytest.raises(ValueError, match='NaN'):
+    with pytest.raises(ValueError, match='^scores contain NaN.$'):
       metrics.sampled_rank(np.array([[np.nan, 0.1]]))
 
 
@@ -231,18 +238,36 @@ class TestFullRankingMetrics:
     expected_ndcg = (1 / math.log2(3)) / (1 + 1 / math.log2(3))
     assert result == pytest.approx({'recall': 0.5, 'ndcg': expected_ndcg})
 
-  def test_rejects_a_repeated_test_item(self):
-    offsets, items = _csr([[1, 1]])
-    with pytest.raises(ValueError, match='repeat'):
+  @pytest.mark.parametrize('change,message', [
+      ({'test_lists': [[1, 1], [0]]},
+       'test_items repeat an item within a user.'),
+      ({'test_lists': [[], []]}, 'No user has a test item.'),
+      ({'exclude_shape': (2, 4)},
+       'exclude_mask has shape (2, 4), scores (2, 3).'),
+      ({'offsets': [0, 1]},
+       'test_offsets must have U + 1 = 3 entries; got shape (2,).'),
+      ({'k': 0}, 'k must be in [1, 3]; got 0.'),
+      ({'k': 4}, 'k must be in [1, 3]; got 4.'),
+      ({'nan': True}, 'scores contain NaN.'),
+  ])
+  def test_rejects_bad_arguments_naming_them(self, change, message):
+    scores = np.zeros((2, 3))
+    if change.get('nan'):
+      scores[1, 2] = np.nan
+    offsets, items = _csr(change.get('test_lists', [[1], [0]]))
+    with pytest.raises(ValueError, match='^' + re.escape(message) + '$'):
       metrics.full_ranking_metrics(
-          np.zeros((1, 3)),
-          exclude_mask=np.zeros((1, 3), bool),
-          test_offsets=offsets,
+          scores,
+          exclude_mask=np.zeros(change.get('exclude_shape', (2, 3)), bool),
+          test_offsets=np.array(change.get('offsets', offsets)),
           test_items=items,
-          k=2,
+          k=change.get('k', 2),
       )
 
-  @pytest.mark.parametrize('k,user_batch_size', [(1, 7), (10, 1024), (50, 1)])
+  # K = 80 is the whole catalogue, the largest K allowed.
+  @pytest.mark.parametrize(
+      'k,user_batch_size', [(1, 7), (10, 1024), (50, 1), (80, 13)]
+  )
   def test_matches_a_per_user_loop(self, k, user_batch_size):
     rng = np.random.default_rng(k)
     num_users, num_items = 60, 80
