@@ -111,3 +111,31 @@ def test_tier_sizes_rejects_values_outside_the_tiers():
     tiers.tier_sizes([0, 1, 3])
   with pytest.raises(ValueError, match='0..2'):
     tiers.tier_sizes([-1, 0])
+
+
+@pytest.mark.parametrize(
+    'assign',
+    [
+        pytest.param(tiers.assign_tiers_by_interactions, id='function'),
+        pytest.param(lambda counts: tiers.ByInteractions().assign(counts),
+                     id='policy'),
+    ],
+)
+def test_the_default_ratio_is_five_three_two_on_a_hundred_users(assign):
+  # Ten users cannot tell 5:3:2 from 5:4:2 or 6:3:2 (both round to
+  # 5, 3, 2); a hundred give 50, 30, 20 against 45, 37, 18 or 55, 27, 18.
+  counts = np.random.default_rng(0).permutation(100)
+  got = assign(counts)
+
+  np.testing.assert_array_equal(tiers.tier_sizes(got), [50, 30, 20])
+  np.testing.assert_array_equal(got[np.argsort(counts)],
+                                [0] * 50 + [1] * 30 + [2] * 20)
+
+
+def test_the_policy_keeps_its_ratio_and_ignores_the_seed():
+  policy = tiers.ByInteractions((2, 1, 1))
+  counts = [9, 1, 5, 7]
+
+  assert policy.ratio == (2.0, 1.0, 1.0)
+  for seed in (0, 1, 7):
+    np.testing.assert_array_equal(policy.assign(counts, seed), [2, 0, 0, 1])
