@@ -34,6 +34,7 @@ import tensorflow_federated as tff
 
 from tff_fedrec import atomic_files
 from tff_fedrec.algorithms import method as method_lib
+from tff_fedrec.programs import interrupts
 from tff_fedrec.programs import numpy_program_state
 from tff_fedrec.tasks import protocol as protocol_lib
 
@@ -293,6 +294,7 @@ class TrainingRun:
         self.saved_round = self.next_round
         run_peak_rss_mb(self._root_dir, self._worker_pid)
       self._log(self._progress_line(row))
+      interrupts.raise_if_received()
     return self.write_summary()
 
   def _progress_line(self, row: dict) -> str:

@@ -26,6 +26,7 @@ from absl import logging
 from tff_fedrec.algorithms import method as method_lib
 from tff_fedrec.algorithms import registry
 from tff_fedrec.programs import execution
+from tff_fedrec.programs import interrupts
 from tff_fedrec.programs import run_directory
 from tff_fedrec.programs import training_loop
 from tff_fedrec.programs.flag_groups import data as data_flags
@@ -379,7 +380,8 @@ def main(argv):
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   logging.set_verbosity(logging.WARNING)
   try:
-    run()
+    with interrupts.handled():
+      run()
   except KeyboardInterrupt:
     print(
         '\nInterrupted. Every round saved so far is in --root_dir='

@@ -285,7 +285,12 @@ def test_ctrl_c_says_the_run_can_be_resumed(tmp_path):
   deadline = time.monotonic() + 300
   while not os.path.isdir(os.path.join(root_dir, 'checkpoints',
                                        'program_state_1')):
-    assert process.poll() is None and time.monotonic() < deadline
+    if process.poll() is not None:
+      pytest.fail(
+          f'The run ended (code {process.returncode}) before its first '
+          f'checkpoint: {process.communicate()[1]}'
+      )
+    assert time.monotonic() < deadline, 'no checkpoint after 300 s'
     time.sleep(0.2)
   process.send_signal(signal.SIGINT)
   # The round in flight finishes first; on a loaded 2-core machine (a clean
