@@ -46,15 +46,17 @@ def _quiet_after_interrupt_hook(previous, received: threading.Event):
 def handled() -> Iterator[None]:
   """Within the block, Ctrl-C is recorded and finalizers stay quiet about it.
 
-  Must be entered in the main thread (signal handlers are set there).
-  Restores the previous handler on exit, and the previous hook unless an
+  Must be entered in the main thread (signal handlers are set there). A
+  SIGINT ignored when the block starts stays ignored. Restores the previous handler on exit, and the previous hook unless an
   interrupt came (its unwinding leaves finalizers to run at exit).
   """
   global _received
   previous_handler = signal.getsignal(signal.SIGINT)
   previous_hook = sys.unraisablehook
   _received = threading.Event()
-  signal.signal(signal.SIGINT, _record_and_raise)
+  if previous_handler is not signal.SIG_IGN:
+    # A process started with SIGINT ignored (`cmd &` in a script) keeps it so.
+    signal.signal(signal.SIGINT, _record_and_raise)
   sys.unraisablehook = _quiet_after_interrupt_hook(previous_hook, _received)
   try:
     yield

@@ -46,7 +46,12 @@ def unraisables():
 def test_without_the_handler_a_finalizer_swallows_the_interrupt(unraisables):
   unraisables = unraisables()
   # The failure this module exists for: the interrupt is printed and lost.
-  _interrupt_inside_a_finalizer()
+  # Python's own handler (a pytest-xdist worker ignores SIGINT).
+  previous_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+  try:
+    _interrupt_inside_a_finalizer()
+  finally:
+    signal.signal(signal.SIGINT, previous_handler)
   assert unraisables == [KeyboardInterrupt]
 
 
@@ -97,3 +102,14 @@ def test_other_finalizer_errors_still_reach_the_previous_hook(unraisables):
   assert signal.getsignal(signal.SIGINT) is previous_handler
   # Nothing left recorded for the next block.
   interrupts.raise_if_received()
+
+
+def test_an_ignored_sigint_stays_ignored():
+  previous_handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+  try:
+    with interrupts.handled():
+      assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+      signal.raise_signal(signal.SIGINT)
+      interrupts.raise_if_received()
+  finally:
+    signal.signal(signal.SIGINT, previous_handler)
