@@ -108,6 +108,7 @@ class ClientStateStore:
     # -1: no start table (the caller's table scores its untrained rows).
     self._start_round = np.full([num_users], -1, np.int64)
     self._start_tables = {}
+    self._users_per_start_table = {}
 
   @property
   def num_users(self) -> int:
@@ -237,13 +238,26 @@ class ClientStateStore:
     if not self.keeps_personal_rows:
       raise ValueError('Start tables score the rows a user did not '
                        'fine-tune; this store keeps no personal rows.')
-    users = np.asarray(users, np.int64)
-    if users.size:
-      self._start_tables[int(round_num)] = np.array(table, np.float32)
-      self._start_round[users] = round_num
-    kept = set(np.unique(self._start_round[self._start_round >= 0]).tolist())
-    for old in set(self._start_tables) - kept:
-      del self._start_tables[old]
+    users = np.unique(np.asarray(users, np.int64))
+    if not users.size:
+      return
+    # Only this round's users change tables: the work follows them, not
+    # the whole population.
+    previous, counts = np.unique(self._start_round[users],
+                                 return_counts=True)
+    for old, leaving in zip(previous.tolist(), counts.tolist()):
+      if old < 0:
+        continue
+      self._users_per_start_table[old] -= leaving
+      if not self._users_per_start_table[old]:
+        del self._users_per_start_table[old]
+        del self._start_tables[old]
+    round_num = int(round_num)
+    self._start_tables[round_num] = np.array(table, np.float32)
+    self._start_round[users] = round_num
+    self._users_per_start_table[round_num] = (
+        self._users_per_start_table.get(round_num, 0) + users.size
+    )
 
   @property
   def num_start_tables(self) -> int:
@@ -342,3 +356,6 @@ class ClientStateStore:
     self._start_tables = {
         int(r): table.copy() for r, table in zip(rounds, tables)
     }
+    live, counts = np.unique(start_round[start_round >= 0],
+                             return_counts=True)
+    self._users_per_start_table = dict(zip(live.tolist(), counts.tolist()))

@@ -298,6 +298,32 @@ def test_start_tables_no_user_refers_to_are_dropped():
   )
 
 
+@pytest.mark.parametrize('seed', range(4))
+def test_kept_start_tables_are_the_rounds_some_user_last_started_from(seed):
+  # Reference: the last round each user started, replayed in plain Python;
+  # random rounds of random (repeating) users, with a checkpoint half way.
+  rng = np.random.default_rng(seed)
+  num_users = 12
+  store = client_state_store.ClientStateStore(
+      num_users, _initial_state())
+  last_start = {}
+  for round_num in range(30):
+    users = rng.choice(num_users, size=rng.integers(0, 6))
+    store.record_start_table(users, round_num, _table(float(round_num)))
+    last_start.update({int(u): round_num for u in users})
+    if round_num == 15:
+      restored = client_state_store.ClientStateStore(
+          num_users, _initial_state())
+      restored.load_arrays(store.to_arrays())
+      store = restored
+    assert store.num_start_tables == len(set(last_start.values()))
+  candidates = np.tile(np.arange(_NUM_ITEMS), (num_users, 1))
+  got = store.item_vectors(np.arange(num_users), candidates, _table(-1.0))
+  for user in range(num_users):
+    np.testing.assert_array_equal(
+        got[user], _table(float(last_start.get(user, -1.0))))
+
+
 def test_given_start_vectors_replace_the_tables_under_personal_rows():
   store = _filled_store()
   store.record_start_table(np.array([0]), 0, _table(1.0))

@@ -120,7 +120,15 @@ class ItemTableMethod(method.Method):
     return store.item_vectors(
         users, items,
         np.asarray(self.global_parameters(server_state)['item_embedding']),
+        start_vectors=self._start_vectors(store, users, items),
     )
+
+  def _start_vectors(self, store, users, items) -> Optional[np.ndarray]:
+    """The rows under users' personal rows if the method keeps them itself
+    ([U, C, d]); None: the store's recorded start tables, else the global
+    table."""
+    del store, users, items
+    return None
 
   def score(self, server_state, store, users, candidates=None):
     users = np.asarray(users)
@@ -192,31 +200,31 @@ class LocalItemMethod(ItemTableMethod):
     )
 
   @property
-  def _scores_untrained_rows_at_round_start(self) -> bool:
-    return (self.training.dual_personalization
-            and self.training.untrained_item_rows == 'round_start')
+  def untrained_rows_from(self) -> str:
+    """Where the rows a user did not fine-tune come from when it is scored:
+    'client_copy' (the copy of the table it started its last round from,
+    under an exchange that keeps one), 'recorded_start_table' (the store
+    keeps the table each user last started from), or 'global_table' (the
+    table after the latest aggregation: `untrained_item_rows=aggregated`,
+    or no personal rows)."""
+    if not (self.training.dual_personalization
+            and self.training.untrained_item_rows == 'round_start'):
+      return 'global_table'
+    if self.exchange.keeps_client_copies:
+      return 'client_copy'
+    return 'recorded_start_table'
 
-  def user_item_vectors(self, server_state, store, users, items):
-    """With `_scores_untrained_rows_at_round_start` under an exchange that
-    keeps client copies, a user's rows come from its copy (the table it
-    started its last round from); otherwise as `ItemTableMethod`'s, whose
-    store holds the recorded start tables."""
-    if not (self._scores_untrained_rows_at_round_start
-            and self.exchange.keeps_client_copies):
-      return super().user_item_vectors(server_state, store, users, items)
+  def _start_vectors(self, store, users, items):
+    if self.untrained_rows_from != 'client_copy':
+      return None
     copies = store.stacked_local_parameters(users)['item_copy']
-    return store.item_vectors(
-        users, items,
-        np.asarray(self.global_parameters(server_state)['item_embedding']),
-        start_vectors=np.take_along_axis(copies, items[..., None], axis=1),
-    )
+    return np.take_along_axis(copies, items[..., None], axis=1)
 
   def run_round(self, server_state, store, round_input, *,
                 users_per_client: int = 1) -> method.RoundResult:
     users = np.asarray(round_input.users)
     fields = self.exchange.client_fields(users)
-    if (self._scores_untrained_rows_at_round_start
-        and not self.exchange.keeps_client_copies):
+    if self.untrained_rows_from == 'recorded_start_table':
       store.record_start_table(
           users, round_input.round_num,
           self.global_parameters(server_state)['item_embedding'],
