@@ -14,6 +14,7 @@ mutmut is not in the project's lock; install it beside it:
   .venv/bin/python benchmarks/mutation_score.py \\
       --mutmut_site=/tmp/mutmut/lib/python3.11/site-packages \\
       --out_dir=runs/mutation adam privacy scoring
+  (--sample=N runs N mutants drawn at random, for slow tests.)
 
 Writes OUT_DIR/<module>.jsonl (one line per mutant; a rerun skips the
 mutants already there) and prints, per module, killed / total and the
@@ -25,6 +26,7 @@ import contextlib
 import io
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -104,11 +106,14 @@ def _copy_tree(destination: str) -> None:
 
 
 def score_module(tree: str, module: str, out_path: str,
-                 mutmut_site: str) -> list[dict]:
-  """Runs every mutant of tff_fedrec/<module>.py not yet in `out_path`."""
+                 mutmut_site: str, sample: int = 0) -> list[dict]:
+  """Runs every mutant of tff_fedrec/<module>.py not yet in `out_path`, or
+  `sample` of them drawn at random (seed 0) if `sample` is positive."""
   path = os.path.join(tree, 'tff_fedrec', f'{module}.py')
   test_path = os.path.join(tree, 'tff_fedrec', f'{module}_test.py')
   source, mutants = _mutants(path, mutmut_site)
+  if 0 < sample < len(mutants):
+    mutants = random.Random(0).sample(mutants, sample)
   records = []
   if os.path.exists(out_path):
     with open(out_path) as f:
@@ -144,6 +149,10 @@ def main() -> None:
   parser.add_argument('--mutmut_site', required=True,
                       help="site-packages of a venv holding mutmut 2.4.5")
   parser.add_argument('--out_dir', required=True)
+  parser.add_argument('--sample', type=int, default=0,
+                      help='run this many mutants drawn at random (seed 0) '
+                      'instead of all: for modules whose tests take '
+                      'minutes')
   args = parser.parse_args()
   os.makedirs(args.out_dir, exist_ok=True)
   out_dir = os.path.abspath(args.out_dir)
@@ -154,7 +163,7 @@ def main() -> None:
     for module in args.modules:
       records = score_module(
           tree, module, os.path.join(out_dir, f'{module}.jsonl'),
-          args.mutmut_site,
+          args.mutmut_site, args.sample,
       )
       killed = sum(r['status'] == 'killed' for r in records)
       print(f'{module}: {killed} of {len(records)} mutants killed '

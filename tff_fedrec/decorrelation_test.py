@@ -63,6 +63,26 @@ def test_batched_equals_per_item_calls():
   )
 
 
+def test_batched_without_a_mask_matches_numpy_per_user():
+  rows = _random_rows(3, (3, 7, 4))
+
+  got = decorrelation.decorrelation_loss(tf.constant(rows))
+
+  assert got.shape == (3,)
+  np.testing.assert_allclose(
+      got, [_numpy_loss(user_rows) for user_rows in rows], rtol=1e-5
+  )
+
+
+def test_a_nearly_constant_column_is_damped_by_epsilon():
+  # One column [a, -a]: variance a^2, standardized +-a / sqrt(a^2 + 1e-8),
+  # correlation a^2 / (a^2 + 1e-8). With a^2 = 1e-8 that is 1/2, and the
+  # loss ||C||_F / 1 = 1/2 (below 1, where a norm guard at 1 would zero it).
+  a = 1e-4
+  got = decorrelation.decorrelation_loss(tf.constant([[a], [-a]], tf.float32))
+  np.testing.assert_allclose(got, 0.5, rtol=1e-3)
+
+
 def test_orthogonal_standardized_columns_give_one_over_sqrt_width():
   # The columns of a Sylvester-Hadamard matrix H_8 are +-1 and orthogonal;
   # all but the first (all ones) have mean 0 and population variance 1. So
@@ -206,6 +226,13 @@ def test_singular_value_variance_of_equal_dimensions_is_zero():
 
   assert decorrelation.singular_value_variance(table) == pytest.approx(0.0)
   assert decorrelation.singular_value_variance(table[:, :1]) == 0.0
+
+
+def test_singular_value_variance_takes_two_rows():
+  # Two rows [1, 3] and [-1, -3]: covariance [[2, 6], [6, 18]], singular
+  # values 20 and 0, variance 100.
+  table = np.array([[1.0, 3.0], [-1.0, -3.0]])
+  assert decorrelation.singular_value_variance(table) == pytest.approx(100.0)
 
 
 def test_singular_value_variance_rejects_bad_shapes():

@@ -89,3 +89,49 @@ def test_lightgcn_user_is_the_mean_of_its_two_layers():
       user / 2)
   np.testing.assert_array_equal(
       hetero_models.user_representation(_SPEC, user, None, None), user)
+
+
+def test_lightgcn_with_one_neighbour_adds_it_unscaled():
+  # |N_u| = 1: 1 / sqrt(1) = 1, so u' = (u + v) / 2.
+  spec = hetero_models.HeteroSpec(num_items=6, widths=(2, 3, 5),
+                                  model='lightgcn')
+  got = hetero_models.user_representation(
+      spec, np.array([[1.0, 2.0]], np.float32),
+      np.array([[3.0, -2.0]], np.float32), np.array([1]))
+  np.testing.assert_allclose(got, [[2.0, 0.0]], rtol=1e-6)
+
+
+@pytest.mark.parametrize('neighbor_gradient', [True, False])
+def test_neighbor_gradient_decides_whether_items_learn_through_users(
+    neighbor_gradient,
+):
+  spec = hetero_models.HeteroSpec(num_items=6, widths=(2, 3, 5),
+                                  model='lightgcn',
+                                  neighbor_gradient=neighbor_gradient)
+  neighbor_sum = tf.Variable([[4.0, 4.0]])
+  with tf.GradientTape() as tape:
+    # d/d(neighbor_sum) of sum(u') = 1 / (2 sqrt(|N_u|)) per entry.
+    total = tf.reduce_sum(hetero_models.user_representation(
+        spec, tf.constant([[1.0, 2.0]]), neighbor_sum, tf.constant([4])))
+  gradient = tape.gradient(total, neighbor_sum)
+  if neighbor_gradient:
+    np.testing.assert_allclose(gradient, [[0.25, 0.25]], rtol=1e-6)
+  else:
+    assert gradient is None or not np.any(gradient)
+
+
+def test_the_defaults_are_the_papers_sizes():
+  # HeteFedRec Sec. V.D (ML and Anime): tiers of width 8, 16 and 32,
+  # feed-forward layers [2 N, 8, 8].
+  spec = hetero_models.HeteroSpec(num_items=3)
+  assert spec.widths == (8, 16, 32)
+  assert spec.hidden_units == (8, 8)
+
+
+def test_sizes_and_options_at_their_limits():
+  hetero_models.HeteroSpec(num_items=1, widths=(1, 2, 3))
+  with pytest.raises(ValueError, match='num_items'):
+    hetero_models.HeteroSpec(num_items=0)
+  with pytest.raises(ValueError, match='lightgcn model only'):
+    hetero_models.HeteroSpec(num_items=3, model='ncf',
+                             neighbor_gradient=False)

@@ -83,6 +83,15 @@ def test_spec_rejects_unknown_architecture_and_empty_sizes():
     models.RecommenderSpec('score_function', 0, _DIM)
   with pytest.raises(ValueError):
     models.RecommenderSpec('score_function', _NUM_ITEMS, 0)
+  # One item and width 1 are the smallest valid sizes.
+  models.RecommenderSpec('score_function', 1, 1)
+
+
+def test_the_default_spec_keeps_the_score_layers_on_the_client():
+  # PFedRec's dual personalization (Sec. 4.2) unless said otherwise.
+  spec = models.RecommenderSpec('score_function', _NUM_ITEMS, _DIM)
+  assert 'score_layers' in spec.local_keys
+  assert 'score_layers' not in spec.global_keys
 
 
 @pytest.mark.parametrize(
@@ -138,6 +147,19 @@ def test_item_embedding_rows_are_standard_normal():
   assert abs(item_embedding.std() - 1.0) < 0.02
   # Each column is N(0, 1) too, not just the pooled sample.
   np.testing.assert_allclose(item_embedding.std(axis=0), 1.0, atol=0.03)
+
+
+def test_user_embedding_is_normal_with_std_one_over_d():
+  d = 16
+  spec = models.RecommenderSpec('matrix_factorization', 3, d)
+  # 500 seeds x 16 = 8000 samples: the sample std is within 3% of 1/d at
+  # > 8 sigma; 2/d or d would be far off.
+  samples = np.concatenate([
+      models.initial_parameters(spec, seed=seed)['user_embedding']
+      for seed in range(500)
+  ])
+  assert abs(samples.std() * d - 1.0) < 0.07
+  assert abs(samples.mean() * d) < 0.05
 
 
 @pytest.mark.parametrize('architecture', ['score_function', 'neural_cf'])

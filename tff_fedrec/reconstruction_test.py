@@ -25,7 +25,9 @@ def test_matches_a_per_user_loop_with_ragged_batches():
   rng = np.random.default_rng(0)
   num_items, dim = 30, 4
   table = rng.normal(size=(num_items, dim)).astype(np.float32)
-  counts = np.array([7, 0, 3, 12])  # a user without examples keeps the start
+  # A user without examples keeps the start; user 4's last batch holds one
+  # example.
+  counts = np.array([7, 0, 3, 12, 5])
   offsets = np.concatenate([[0], np.cumsum(counts)])
   items = rng.integers(0, num_items, counts.sum())
   labels = (rng.random(counts.sum()) < 0.4).astype(np.float32)
@@ -92,6 +94,8 @@ def test_fine_tuned_rows_match_a_per_user_loop():
     np.testing.assert_array_equal(ids[span], expected_ids)
     np.testing.assert_allclose(rows[span], expected_rows, rtol=1e-5,
                                atol=1e-6)
+  assert row_offsets.shape == (counts.size + 1,)
+  assert row_offsets[-1] == ids.size
   assert row_offsets[1] == row_offsets[2]  # user 1 has no rows
   # Rows moved away from the global ones.
   assert not np.allclose(rows, table[ids])
