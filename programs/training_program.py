@@ -103,7 +103,8 @@ def _protocol(entry, data, user_tiers):
                  seed=run_flags.SEED.value)
   if entry.protocol == registry.LEAVE_ONE_OUT:
     return leave_one_out.LeaveOneOut(
-        data, clients_per_round=clients or data.num_users, **options
+        data, clients_per_round=clients or data.num_users,
+        negative_pool=protocol_flags.NEGATIVE_POOL.value, **options
     )
   return random_split.RandomSplit(
       data, user_tiers=user_tiers, clients_per_round=clients,

@@ -4,9 +4,23 @@ timestamp, each held-out item ranked among 99 sampled negatives.
 Per round r (0-based), seeded by (seed, r): `clients_per_round` users drawn
 uniformly without replacement (all users by default, as the paper), and
 every user's training examples: its training positives, each with
-`negatives_per_positive` distinct items it never interacted with (as the
-reference code's `random.sample`), redrawn every round. Each evaluation scores every user's own model on its validation and
-test item with their negatives: HR@10, NDCG@10 and AUC. The report picks
+`negatives_per_positive` distinct items (as the reference code's
+`random.sample`) from the user's negative pool, redrawn every round:
+
+- 'never_interacted' (the papers' and their reference code's pool): items
+  the user never interacted with. The held-out validation and test items
+  are never training negatives, while the 99 + 99 items they are ranked
+  against are drawn as negatives round after round: a model with enough
+  per-user capacity can learn "what I was shown as a negative is bad" and
+  rank the held-out item high without learning from other users.
+- 'outside_training' (leak-free): items outside the user's training
+  items, so the held-out items are drawn as training negatives as often as
+  their evaluation negatives are.
+
+The evaluation negatives are the split's (never interacted, distinct, the
+validation's and the test's disjoint) under both. Each evaluation scores
+every user's own model on its validation and test item with their
+negatives: HR@10, NDCG@10 and AUC. The report picks
 the round with the best validation HR@10 (the latest on ties, as the
 reference code's `>=`) and reports test metrics at that round.
 
@@ -26,6 +40,7 @@ from tff_fedrec.tasks import preprocessing
 from tff_fedrec.tasks import protocol
 
 SELECTION = 'test metrics at the round with the best validation HR@10'
+NEGATIVE_POOLS = ('never_interacted', 'outside_training')
 
 
 class LeaveOneOut(protocol.Protocol):
@@ -39,6 +54,7 @@ class LeaveOneOut(protocol.Protocol):
       *,
       clients_per_round: int,
       negatives_per_positive: int = 4,
+      negative_pool: str = 'never_interacted',
       seed: int = 0,
   ):
     if not 1 <= clients_per_round <= data.num_users:
@@ -46,10 +62,24 @@ class LeaveOneOut(protocol.Protocol):
           f'clients_per_round must be in [1, {data.num_users}]; got '
           f'{clients_per_round}.'
       )
+    if negative_pool not in NEGATIVE_POOLS:
+      raise ValueError(
+          f'negative_pool must be one of {NEGATIVE_POOLS}; got '
+          f'{negative_pool!r}.'
+      )
     self.data = data
     self.clients_per_round = clients_per_round
     self.negatives_per_positive = negatives_per_positive
+    self.negative_pool = negative_pool
     self.seed = seed
+    # Each user's items that are never its training negatives (CSR,
+    # ascending per user).
+    if negative_pool == 'never_interacted':
+      self._excluded = (data.interacted_offsets, data.interacted_items)
+    else:
+      self._excluded = preprocessing.distinct_items_per_user(
+          data.train_offsets, data.train_items, data.num_items
+      )
 
   def round_input(self, round_num: int) -> method_lib.RoundInput:
     """The round's users (sorted), their data (items, labels, seed) and
@@ -65,8 +95,8 @@ class LeaveOneOut(protocol.Protocol):
     examples = preprocessing.sample_training_examples(
         train_offsets=data.train_offsets,
         train_items=data.train_items,
-        interacted_offsets=data.interacted_offsets,
-        interacted_items=data.interacted_items,
+        interacted_offsets=self._excluded[0],
+        interacted_items=self._excluded[1],
         num_items=data.num_items,
         negatives_per_positive=self.negatives_per_positive,
         rng=rng,
@@ -124,6 +154,7 @@ class LeaveOneOut(protocol.Protocol):
     return {
         'best_round': int(best['round']) + 1,
         'selection': SELECTION,
+        'negative_pool': self.negative_pool,
         'validation': {
             'hr@10': best['val_hr@10'], 'ndcg@10': best['val_ndcg@10'],
         },

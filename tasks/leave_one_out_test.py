@@ -91,3 +91,77 @@ def test_summary_reports_test_metrics_at_the_best_validation_round():
 def test_too_many_clients_per_round_are_refused():
   with pytest.raises(ValueError, match=r'clients_per_round must be in \[1, 6\]'):
     leave_one_out.LeaveOneOut(_data(), clients_per_round=7)
+
+
+def _training_negatives(protocol, rounds):
+  """{user: every training negative drawn for it over `rounds` rounds}."""
+  drawn = {}
+  for round_num in range(rounds):
+    round_input = protocol.round_input(round_num)
+    for user, example in zip(round_input.users, round_input.user_data):
+      drawn.setdefault(int(user), []).extend(
+          example['items'][example['labels'] == 0].tolist())
+  return drawn
+
+
+def _segment(offsets, items, user):
+  return items[offsets[user] : offsets[user + 1]]
+
+
+def test_the_papers_pool_never_draws_an_item_the_user_interacted_with():
+  data = _data()
+  drawn = _training_negatives(
+      leave_one_out.LeaveOneOut(data, clients_per_round=data.num_users), 30)
+  for user, negatives in drawn.items():
+    assert not np.isin(negatives, [data.val_items[user],
+                                   data.test_items[user]]).any()
+    assert not np.isin(negatives, _segment(
+        data.train_offsets, data.train_items, user)).any()
+
+
+def test_the_leak_free_pool_draws_held_out_items_as_often_as_eval_negatives():
+  # 4 training items per user: the pool is the other I - 4 items (31 of
+  # the 35 items the data use), held-out items and evaluation negatives
+  # alike, each drawn uniformly.
+  data = _data()
+  expected = 200 * 16 / (data.num_items - 4)
+  protocol = leave_one_out.LeaveOneOut(
+      data, clients_per_round=data.num_users,
+      negative_pool='outside_training')
+  drawn = _training_negatives(protocol, 200)
+  held_out, eval_negative = [], []
+  for user, negatives in drawn.items():
+    assert not np.isin(negatives, _segment(
+        data.train_offsets, data.train_items, user)).any()
+    counts = np.bincount(negatives, minlength=data.num_items)
+    held_out += [counts[data.val_items[user]], counts[data.test_items[user]]]
+    eval_negative += counts[data.test_negatives[user]].tolist()
+  # 200 rounds x 16 draws over 31 items: about 103 draws per item and
+  # user, standard deviation about 10; the mean of 12 held-out counts is
+  # within 10 of it by > 3 sigma, that of 30 evaluation negatives by more.
+  assert data.num_items == 35
+  assert np.mean(held_out) == pytest.approx(expected, abs=10)
+  assert np.mean(eval_negative) == pytest.approx(expected, abs=10)
+  assert min(held_out) > 0
+
+
+def test_the_evaluation_negatives_do_not_depend_on_the_pool():
+  data = _data()
+  for pool in leave_one_out.NEGATIVE_POOLS:
+    protocol = leave_one_out.LeaveOneOut(
+        data, clients_per_round=data.num_users, negative_pool=pool)
+    assert protocol.data is data
+  # Validation and test negatives are disjoint, never interacted with.
+  for user in range(data.num_users):
+    assert not np.intersect1d(data.val_negatives[user],
+                              data.test_negatives[user]).size
+    assert not np.isin(np.concatenate([data.val_negatives[user],
+                                       data.test_negatives[user]]),
+                       _segment(data.interacted_offsets,
+                                data.interacted_items, user)).any()
+
+
+def test_an_unknown_negative_pool_is_refused():
+  with pytest.raises(ValueError, match='negative_pool must be one of'):
+    leave_one_out.LeaveOneOut(_data(), clients_per_round=2,
+                              negative_pool='everything')

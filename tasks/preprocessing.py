@@ -481,6 +481,19 @@ def _check_min_count(
     )
 
 
+def distinct_items_per_user(
+    offsets: np.ndarray, items: np.ndarray, num_items: int
+) -> tuple[np.ndarray, np.ndarray]:
+  """CSR (offsets int64 [U + 1], items int32) of each user's distinct items
+  of segments `items[offsets[u]:offsets[u + 1]]`, ascending per user (the
+  form `sample_training_examples` takes its excluded items in)."""
+  offsets = np.asarray(offsets, np.int64)
+  users = np.repeat(np.arange(offsets.size - 1), np.diff(offsets))
+  keys = np.unique(users * num_items + np.asarray(items, np.int64))
+  counts = np.bincount(keys // num_items, minlength=offsets.size - 1)
+  return _offsets(counts), (keys % num_items).astype(np.int32)
+
+
 def _interacted(indexed: IndexedInteractions) -> tuple[np.ndarray, np.ndarray]:
   """CSR offsets and items of every user's items, ascending per user."""
   keys = np.sort(

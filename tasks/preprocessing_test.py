@@ -546,3 +546,19 @@ def test_distinct_negatives_per_positive_are_a_uniform_subset():
       rng=np.random.default_rng(0), distinct_per_positive=True,
   )
   assert set(few.items[few.labels == 0].tolist()) <= {7, 8, 9}
+
+
+def test_distinct_items_per_user_against_python_sets():
+  rng = np.random.default_rng(3)
+  counts = np.array([5, 0, 9, 1, 7])
+  offsets = np.concatenate([[0], np.cumsum(counts)])
+  items = rng.integers(0, 6, counts.sum())  # Repeats within users.
+
+  got_offsets, got_items = preprocessing.distinct_items_per_user(
+      offsets, items, num_items=6)
+
+  assert got_offsets.shape == (counts.size + 1,)
+  for user in range(counts.size):
+    expected = sorted(set(items[offsets[user]:offsets[user + 1]].tolist()))
+    assert got_items[got_offsets[user]:got_offsets[user + 1]].tolist() == (
+        expected)

@@ -76,7 +76,8 @@ def _read_metrics(root_dir):
     [
         ['--method=pfedrec'],
         ['--method=pfedrec', '--hidden_units=8', '--ldp_noise_scale=0.1'],
-        ['--method=fedmf', '--dual_personalization'],
+        ['--method=fedmf', '--dual_personalization',
+         '--negative_pool=outside_training'],
         ['--method=fedncf'],
         ['--method=fedncf', '--dual_personalization', '--client_fraction=0.5'],
         ['--method=fedrecon', '--dual_personalization'],
@@ -96,6 +97,9 @@ def test_two_rounds_of_each_method_write_results_and_stop_their_worker(
   assert summary['dataset'] == 'synthetic'
   assert summary['rounds_completed'] == 2
   assert summary['best_round'] in (1, 2)
+  assert summary['negative_pool'] == (
+      'outside_training' if '--negative_pool=outside_training' in method_flags
+      else 'never_interacted')
   for key in ('hr@10', 'ndcg@10'):
     assert 0.0 <= summary['test'][key] <= 1.0
   assert summary['test']['ndcg@10'] <= summary['test']['hr@10']
