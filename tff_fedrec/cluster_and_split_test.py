@@ -73,6 +73,8 @@ def test_group_bounds_by_hand():
   assert cluster_and_split.group_bounds(203, 0.2) == (162, 244)
   assert cluster_and_split.group_bounds(10, 0.25) == (8, 13)
   assert cluster_and_split.group_bounds(5, 0.0) == (5, 5)
+  # The smallest C_e: 0.5 -> 1 (at least 1), 1.5 -> 2.
+  assert cluster_and_split.group_bounds(1, 0.5) == (1, 2)
   with pytest.raises(ValueError):
     cluster_and_split.group_bounds(5, 1.0)
   with pytest.raises(ValueError):
@@ -232,6 +234,38 @@ def test_a_round_with_nothing_to_cluster_records_nothing():
   np.testing.assert_array_equal(result.assignments, -1)
   np.testing.assert_allclose(result.history.total, 0.9)
   assert int(result.history.count) == 1
+  # No group at all counts as perfectly similar (the figure reported as
+  # downlink_similarity_at_expected).
+  assert float(result.similarity_at_expected) == 1.0
+
+
+def test_a_group_kmeans_leaves_empty_does_not_count():
+  # Five identical rows into C_i = 2 groups: k-means fills one and leaves
+  # the other empty. Only the full one (AvgCosSim 1) is a group, so the
+  # 0.9 threshold is met at C_i; an empty group scored as 0 would split on
+  # to C_m = 6.
+  rows = np.tile([[3.0, 4.0]], (5, 1)).astype(np.float32)
+
+  result = cluster_and_split.cluster_and_split(
+      rows, expected_groups=4, alpha=0.5, history=_history(0.9), seed=_SEED,
+  )
+
+  assert int(result.group_count) == 2
+
+
+def test_a_similarity_equal_to_the_threshold_stops():
+  # Every row along (1, 0): each group's AvgCosSim is exactly 1, as is the
+  # threshold, so the count stops where it starts, C_i = 2 (a strict
+  # comparison would split on to C_m = 6).
+  rows = np.stack([np.arange(1.0, 13.0), np.zeros(12)], axis=1)
+
+  result = cluster_and_split.cluster_and_split(
+      rows.astype(np.float32), expected_groups=4, alpha=0.5,
+      history=_history(1.0), seed=_SEED,
+  )
+
+  assert int(result.initial_count) == 2
+  assert int(result.group_count) == 2
 
 
 def test_alpha_zero_is_plain_kmeans_into_expected_groups():
