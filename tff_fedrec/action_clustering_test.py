@@ -116,12 +116,17 @@ def _heavy_tailed_rows(seed, n=240, d=6):
 
 
 @pytest.mark.parametrize('seed', [0, 1, 2, 3])
-def test_the_initial_centres_are_greedy_k_means_plus_plus(seed):
+@pytest.mark.parametrize('scale', [1.0, 1e-4])
+def test_the_initial_centres_are_greedy_k_means_plus_plus(seed, scale):
   # With no Lloyd step the centroids are the initial centres: the best of
   # 2 + floor(ln k) D^2-sampled candidates each, as scikit-learn picks
   # them. A single candidate per centre (plain k-means++) or the farthest
-  # row would give other centres.
-  rows, k = _heavy_tailed_rows(seed), 12
+  # row would give other centres. Scaled by 1e-4, as small as aggregated
+  # gradients, the squared distances sum to well below 1: D^2 sampling
+  # must not depend on their scale.
+  rows, k = _heavy_tailed_rows(seed) * np.float32(scale), 12
+  if scale < 1:
+    assert np.sum(np.square(rows - rows[0])) < 1e-2
   tf_seed = tf.constant([seed, 5], tf.int64)
   trials = 2 + int(np.floor(np.log(k)))
   assert int(action_clustering.local_trials(k)) == trials == 4
