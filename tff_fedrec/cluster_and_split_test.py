@@ -416,3 +416,20 @@ def test_cluster_and_split_matches_a_numpy_reading_of_sec_4_3(seed,
   assert int(got.final_count) == final_count
   assert float(got.similarity_at_expected) == pytest.approx(recorded,
                                                            abs=1e-5)
+  # The actions a client of each bandwidth decodes: groups above its count
+  # merged back into their parents, each action the mean of its rows
+  # (singletons included).
+  for bandwidth in (None, 6, 8):
+    count = group_count if bandwidth is None else min(bandwidth, group_count)
+    merged = labels.copy()
+    while (merged >= count).any():
+      merged = np.where(merged >= count, parents[np.maximum(merged, 0)],
+                        merged)
+    means = np.stack([
+        rows[merged == g].mean(axis=0) if (merged == g).any()
+        else np.zeros(5) for g in range(count)
+    ])
+    actions = cluster_and_split.actions_at(rows, got, bandwidth)
+    np.testing.assert_array_equal(actions.assignments, merged)
+    np.testing.assert_allclose(actions.centroids, means, rtol=1e-5,
+                               atol=1e-6)
