@@ -142,16 +142,24 @@ def test_the_initial_centres_are_greedy_k_means_plus_plus(seed, scale):
 
 
 @pytest.mark.parametrize('seed', [0, 1])
-def test_lloyd_steps_match_numpy_from_the_same_start(seed):
-  rows, k = _heavy_tailed_rows(seed, n=150, d=4), 6
+@pytest.mark.parametrize('steps', [1, 2, 20])
+def test_lloyd_steps_match_numpy_from_the_same_start(seed, steps):
+  # 40 heavy-tailed rows into 12 clusters: outliers end as singletons,
+  # whose centre moves onto their row like any other; 1 and 2 steps are
+  # far from converged, so the step count shows.
+  rows, k = _heavy_tailed_rows(seed, n=40, d=4), 12
   tf_seed = tf.constant([seed, 9], tf.int64)
   start = action_clustering.kmeans(rows, k, tf_seed, num_iterations=0)
 
-  got = action_clustering.kmeans(rows, k, tf_seed, num_iterations=20)
+  got = action_clustering.kmeans(rows, k, tf_seed, num_iterations=steps)
 
-  centres, assignments = _numpy_lloyd(rows, start.centroids.numpy(), 20)
+  centres, assignments = _numpy_lloyd(rows, start.centroids.numpy(), steps)
   np.testing.assert_array_equal(got.assignments, assignments)
   np.testing.assert_allclose(got.centroids, centres, rtol=1e-4, atol=1e-5)
+  if steps == 1:
+    assert np.any(np.bincount(assignments, minlength=k) == 1)
+    one_step_less = _numpy_lloyd(rows, start.centroids.numpy(), 0)[0]
+    assert not np.allclose(centres, one_step_less)
 
 
 def test_the_objective_on_heavy_tailed_rows_is_scikit_learn_s():
