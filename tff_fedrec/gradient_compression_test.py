@@ -102,6 +102,16 @@ def test_bad_scheme_or_parameter_is_refused():
     gradient_compression.encoded_bytes('svd', 2, 3, 3)
   with pytest.raises(ValueError):
     gradient_compression.pick_parameter('svd', 5, 3, 1.0)
+  for num_rows, dim in ((0, 3), (5, 0)):
+    with pytest.raises(ValueError, match='num_rows and dim must be >= 1'):
+      gradient_compression.encoded_bytes('svd', num_rows, dim, 1)
+  # One row of width 1 is the smallest matrix: a rank-1 SVD of 4 (1 + 1).
+  assert gradient_compression.encoded_bytes('svd', 1, 1, 1) == 8
+
+
+def test_a_rate_of_zero_picks_the_largest_parameter():
+  # colr's CR is 1 - r / d: rank d = 8, the largest valid, is exactly 0.
+  assert gradient_compression.pick_parameter('colr', 10, 8, 0.0) == 8
 
 
 # ML-100K, ML-1M and Lastfm-2K item counts (FedRAS Table 2) at the paper's
