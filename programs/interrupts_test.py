@@ -21,6 +21,16 @@ def _interrupt_inside_a_finalizer():
   gc.collect()
 
 
+@pytest.fixture(autouse=True)
+def python_sigint_handler():
+  """Python's own SIGINT handler for each test, whatever the process
+  inherited: a run started in the background from a script (as CI may be)
+  ignores SIGINT, and so would every test here."""
+  previous_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+  yield
+  signal.signal(signal.SIGINT, previous_handler)
+
+
 @pytest.fixture
 def unraisables():
   """Records what Python would print as "Exception ignored in ...".
@@ -46,12 +56,7 @@ def unraisables():
 def test_without_the_handler_a_finalizer_swallows_the_interrupt(unraisables):
   unraisables = unraisables()
   # The failure this module exists for: the interrupt is printed and lost.
-  # Python's own handler (a pytest-xdist worker ignores SIGINT).
-  previous_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
-  try:
-    _interrupt_inside_a_finalizer()
-  finally:
-    signal.signal(signal.SIGINT, previous_handler)
+  _interrupt_inside_a_finalizer()
   assert unraisables == [KeyboardInterrupt]
 
 

@@ -283,7 +283,11 @@ def test_ctrl_c_says_the_run_can_be_resumed(tmp_path):
   process = subprocess.Popen(
       [sys.executable, '-m', 'tff_fedrec.programs.train', *_RUN[:-1],
        '--rounds=1000', f'--root_dir={root_dir}'],
-      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+      # SIGINT as a terminal delivers it, also where the test run was
+      # started with SIGINT ignored (in the background from a script),
+      # which the program would inherit and keep.
+      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
   # Interrupt once a round has been saved.
   deadline = time.monotonic() + 300
   while not os.path.isdir(os.path.join(root_dir, 'checkpoints',
