@@ -47,8 +47,9 @@ def handled() -> Iterator[None]:
   """Within the block, Ctrl-C is recorded and finalizers stay quiet about it.
 
   Must be entered in the main thread (signal handlers are set there). A
-  SIGINT ignored when the block starts stays ignored. Restores the previous handler on exit, and the previous hook unless an
-  interrupt came (its unwinding leaves finalizers to run at exit).
+  SIGINT ignored when the block starts stays ignored. Restores the previous
+  handler on exit, and the previous hook unless an interrupt came (its
+  unwinding leaves finalizers to run at exit).
   """
   global _received
   previous_handler = signal.getsignal(signal.SIGINT)

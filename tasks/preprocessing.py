@@ -488,20 +488,27 @@ def distinct_items_per_user(
   of segments `items[offsets[u]:offsets[u + 1]]`, ascending per user (the
   form `sample_training_examples` takes its excluded items in)."""
   offsets = np.asarray(offsets, np.int64)
-  users = np.repeat(np.arange(offsets.size - 1), np.diff(offsets))
-  keys = np.unique(users * num_items + np.asarray(items, np.int64))
-  counts = np.bincount(keys // num_items, minlength=offsets.size - 1)
+  num_users = offsets.size - 1
+  users = np.repeat(np.arange(num_users), np.diff(offsets))
+  return _distinct_pairs(users, items, num_users, num_items)
+
+
+def _distinct_pairs(
+    users: np.ndarray, items: np.ndarray, num_users: int, num_items: int
+) -> tuple[np.ndarray, np.ndarray]:
+  """CSR offsets and items of the distinct (user, item) pairs, ascending
+  per user."""
+  keys = np.unique(
+      np.asarray(users, np.int64) * num_items + np.asarray(items, np.int64)
+  )
+  counts = np.bincount(keys // num_items, minlength=num_users)
   return _offsets(counts), (keys % num_items).astype(np.int32)
 
 
 def _interacted(indexed: IndexedInteractions) -> tuple[np.ndarray, np.ndarray]:
   """CSR offsets and items of every user's items, ascending per user."""
-  keys = np.sort(
-      indexed.user_index.astype(np.int64) * indexed.num_items
-      + indexed.item_index
-  )
-  counts = np.bincount(indexed.user_index, minlength=indexed.num_users)
-  return _offsets(counts), (keys % indexed.num_items).astype(np.int32)
+  return _distinct_pairs(indexed.user_index, indexed.item_index,
+                         indexed.num_users, indexed.num_items)
 
 
 def _shuffle_within_users(
