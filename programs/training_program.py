@@ -29,9 +29,11 @@ from tff_fedrec.programs import execution
 from tff_fedrec.programs import interrupts
 from tff_fedrec.programs import run_directory
 from tff_fedrec.programs import training_loop
+from tff_fedrec.programs.flag_groups import apfr_gkd as apfr_gkd_flags
 from tff_fedrec.programs.flag_groups import data as data_flags
 from tff_fedrec.programs.flag_groups import exchange as exchange_flags
 from tff_fedrec.programs.flag_groups import execution as execution_flags
+from tff_fedrec.programs.flag_groups import fedrap as fedrap_flags
 from tff_fedrec.programs.flag_groups import group
 from tff_fedrec.programs.flag_groups import protocols as protocol_flags
 from tff_fedrec.programs.flag_groups import run as run_flags
@@ -50,7 +52,8 @@ COMMON_GROUPS = ('data', 'run', 'execution')
 GROUPS = {
     flag_group.name: flag_group
     for module in (data_flags, run_flags, execution_flags, protocol_flags,
-                   training_flags, exchange_flags, tiered_flags)
+                   training_flags, exchange_flags, tiered_flags,
+                   fedrap_flags, apfr_gkd_flags)
     for flag_group in module.GROUPS
 }
 

@@ -19,6 +19,12 @@ from tff_fedrec import metrics
 from tff_fedrec import models
 
 
+# A user's own copy of shared score layers, as its last training left them
+# (`local_item_training.ClientTrainingConfig.keeps_trained_model`): it
+# scores the user in place of the global layers.
+TRAINED_SCORE_LAYERS = 'trained_score_layers'
+
+
 def score_candidates(
     spec: models.RecommenderSpec,
     global_params,
@@ -47,6 +53,8 @@ def score_candidates(
     params = dict(shared)
     local = store.stacked_local_parameters(users[rows])
     params.update((k, local[k]) for k in spec.local_keys)
+    if TRAINED_SCORE_LAYERS in local:
+      params['score_layers'] = local[TRAINED_SCORE_LAYERS]
     vectors = item_vectors(users[rows], candidates[rows])
     scores[rows] = models.logits_from_vectors(
         spec, params, tf.constant(vectors)

@@ -28,23 +28,57 @@ ops, and the TFF client that runs them, are shared by U users.
 """
 
 import collections
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import tensorflow as tf
 
+from tff_fedrec import knowledge_distillation
 from tff_fedrec import models
 
 LocalTrainingResult = collections.namedtuple(
     'LocalTrainingResult', ['parameters', 'loss_sum', 'num_examples']
 )
 
+DISTILLATION_KINDS = ('binary', 'listwise')
 
-def _user_batch_losses(spec, params, rows, labels, mask):
-  """Per-user mean BCE (Eq. 7) over the user's real examples [U]."""
+
+class Distillation(NamedTuple):
+  """Distillation towards a fixed teacher (APFR-GKD Eq. 7-8).
+
+  Attributes:
+    teacher_logits: float32 [U, N], the teacher's logit of every example
+      of every user (aligned with `items`), or, inside a step, of the
+      batch's [U, B].
+    weights: float32 [U], each user's mu (0: no distillation).
+    temperature: tau.
+    kind: One of DISTILLATION_KINDS (`knowledge_distillation`).
+  """
+
+  teacher_logits: tf.Tensor
+  weights: tf.Tensor
+  temperature: float = 1.0
+  kind: str = 'binary'
+
+
+def _user_batch_losses(spec, params, rows, labels, mask, distillation=None):
+  """Per-user mean BCE (Eq. 7) over the user's real examples [U], plus,
+  with `distillation` (a `Distillation` with the batch's teacher logits
+  [U, B]), weight * tau^2 KL(teacher || student) (APFR-GKD Eq. 8)."""
   logits = models.logits_from_vectors(spec, params, rows)
   losses = tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
-  counts = tf.reduce_sum(mask, axis=1)
-  return tf.reduce_sum(losses * mask, axis=1) / tf.maximum(counts, 1.0)
+  counts = tf.maximum(tf.reduce_sum(mask, axis=1), 1.0)
+  user_losses = tf.reduce_sum(losses * mask, axis=1) / counts
+  if distillation is None:
+    return user_losses
+  if distillation.kind == 'listwise':
+    kd = knowledge_distillation.listwise_kd_loss(
+        distillation.teacher_logits, logits, mask, distillation.temperature)
+  else:
+    kd = tf.reduce_sum(
+        knowledge_distillation.binary_kd_loss(
+            distillation.teacher_logits, logits, distillation.temperature)
+        * mask, axis=1) / counts
+  return user_losses + distillation.weights * kd
 
 
 def _sgd_step(
@@ -57,6 +91,7 @@ def _sgd_step(
     learning_rate: float,
     item_learning_rate: float,
     item_gradient_maps=None,
+    distillation=None,
 ):
   """One SGD step of every user on `params[k]`, k in `keys`.
 
@@ -70,7 +105,9 @@ def _sgd_step(
   with tf.GradientTape() as tape:
     tape.watch(watched)
     tape.watch(rows)
-    losses = _user_batch_losses(spec, params, rows, batch_labels, mask)
+    losses = _user_batch_losses(
+        spec, params, rows, batch_labels, mask, distillation
+    )
     total = tf.reduce_sum(losses)
   dense_grads, row_grads = tape.gradient(total, (watched, rows))
   updated = dict(params)
@@ -133,6 +170,8 @@ def train_users_locally(
     alternating: bool,
     shuffle_seeds: tf.Tensor,
     item_gradient_maps: Optional[tf.Tensor] = None,
+    distillation: Optional[Distillation] = None,
+    first_keys: Optional[tuple[str, ...]] = None,
 ) -> LocalTrainingResult:
   """Runs `local_epochs` epochs of minibatch SGD for U users at once.
 
@@ -149,6 +188,12 @@ def train_users_locally(
     shuffle_seeds: int64 [U, 2]; epoch e > 0 reshuffles with seed + e.
     item_gradient_maps: float32 [U, d, d] or None (the identity); user u's
       item-row gradients are multiplied by its map before every step.
+    distillation: None, or a `Distillation` whose teacher logits [U, N]
+      are aligned with `items`: every step's loss adds it (APFR-GKD Eq. 8).
+    first_keys: With `alternating`, the parameters of the first step of
+      each batch (default the client-local ones, PFedRec's lines 8-9); the
+      second steps the others. APFR-GKD's Dual phase steps the user
+      embedding and the shared score layers first, then the item rows.
 
   Returns:
     `LocalTrainingResult(parameters, loss_sum [U], num_examples [U])`;
@@ -157,7 +202,8 @@ def train_users_locally(
     their ratio is the reference code's reported training loss.
   """
   params = dict(params)
-  local_keys = spec.local_keys
+  first_keys = spec.local_keys if first_keys is None else tuple(first_keys)
+  second_keys = tuple(k for k in spec.keys if k not in first_keys)
   max_examples = tf.shape(items)[1]
   num_batches = (tf.reduce_max(num_examples) + batch_size - 1) // batch_size
   loss_sum = tf.zeros(tf.shape(num_examples), tf.float32)
@@ -168,20 +214,22 @@ def train_users_locally(
       mask = tf.cast(index < num_examples[:, None], tf.float32)
       batch_items = tf.gather(items, index, batch_dims=1)
       batch_labels = tf.gather(labels, index, batch_dims=1)
-      if alternating and local_keys:
-        params, _ = _sgd_step(
-            spec, params, batch_items, batch_labels, mask, local_keys,
-            learning_rate, item_learning_rate, item_gradient_maps,
+      batch_distillation = None
+      if distillation is not None:
+        batch_distillation = distillation._replace(
+            teacher_logits=tf.gather(
+                distillation.teacher_logits, index, batch_dims=1)
         )
-        params, losses = _sgd_step(
-            spec, params, batch_items, batch_labels, mask, spec.global_keys,
-            learning_rate, item_learning_rate, item_gradient_maps,
-        )
+      step = lambda params, keys: _sgd_step(
+          spec, params, batch_items, batch_labels, mask, keys,
+          learning_rate, item_learning_rate, item_gradient_maps,
+          batch_distillation,
+      )
+      if alternating and first_keys:
+        params, _ = step(params, first_keys)
+        params, losses = step(params, second_keys)
       else:
-        params, losses = _sgd_step(
-            spec, params, batch_items, batch_labels, mask, spec.keys,
-            learning_rate, item_learning_rate, item_gradient_maps,
-        )
+        params, losses = step(params, spec.keys)
       loss_sum += losses * tf.reduce_sum(mask, axis=1)
   return LocalTrainingResult(
       parameters=collections.OrderedDict((k, params[k]) for k in spec.keys),
@@ -203,12 +251,15 @@ def train_locally(
     alternating: bool,
     shuffle_seed: tf.Tensor,
     item_gradient_map: Optional[tf.Tensor] = None,
+    distillation: Optional[Distillation] = None,
+    first_keys: Optional[tuple[str, ...]] = None,
 ) -> LocalTrainingResult:
   """One client's local training: `train_users_locally` with U = 1.
 
   `params` are one user's (no leading dimension), `items` int32 [n] index its
   `item_embedding`, `labels` float32 [n], `shuffle_seed` int64 [2],
-  `item_gradient_map` float32 [d, d] or None. The first
+  `item_gradient_map` float32 [d, d] or None, `distillation` one user's
+  (teacher logits [n], weight a scalar) or None. The first
   epoch visits the examples in the given order (the program shuffles them
   when it draws the round's negatives). Returns scalars `loss_sum` and
   `num_examples` (n x local_epochs).
@@ -230,5 +281,13 @@ def train_locally(
           None if item_gradient_map is None
           else add_user_dim(item_gradient_map)
       ),
+      distillation=(
+          None if distillation is None
+          else distillation._replace(
+              teacher_logits=add_user_dim(distillation.teacher_logits),
+              weights=add_user_dim(distillation.weights),
+          )
+      ),
+      first_keys=first_keys,
   )
   return tf.nest.map_structure(lambda t: t[0], result)

@@ -80,25 +80,42 @@ def _reference_loss(spec, params, items, labels):
   )
 
 
+def _reference_kd(teacher, student, tau, kind):
+  """APFR-GKD Eq. 7-8's tau^2 KL(teacher || student) of one batch: the mean
+  over examples of the two-class KL, or the KL of the batch's softmaxes."""
+  if kind == 'binary':
+    p, q = tf.sigmoid(teacher / tau), tf.sigmoid(student / tau)
+    kl = p * tf.math.log(p / q) + (1 - p) * tf.math.log((1 - p) / (1 - q))
+    return tau**2 * tf.reduce_mean(kl)
+  p, q = tf.nn.softmax(teacher / tau), tf.nn.softmax(student / tau)
+  return tau**2 * tf.reduce_sum(p * tf.math.log(p / q))
+
+
 def _reference_train(
     spec, params, items, labels, *, batch_size, local_epochs, learning_rate,
-    item_learning_rate, alternating, shuffle_seed,
+    item_learning_rate, alternating, shuffle_seed, teacher_logits=None,
+    kd_weight=0.0, tau=1.0, kind='binary', first_keys=None,
 ):
-  """Algorithm 1, ClientUpdate lines 5-11 (alternating) or joint SGD."""
+  """Algorithm 1, ClientUpdate lines 5-11 (alternating) or joint SGD; with
+  `teacher_logits` [n] the loss adds kd_weight * `_reference_kd`."""
   variables = tf.nest.map_structure(tf.Variable, params)
   # The declaration (models_test checks it): item embedding global, user
   # embedding local, score layers local iff personal.
-  local_keys = [
+  local_keys = first_keys or [
       k for k in variables
       if k == 'user_embedding'
       or (k == 'score_layers' and spec.personal_score_layers)
   ]
   global_keys = [k for k in variables if k not in local_keys]
 
-  def sgd_step(keys, batch_items, batch_labels):
+  def sgd_step(keys, batch_items, batch_labels, batch_teacher):
     trained = tf.nest.flatten([variables[k] for k in keys])
     with tf.GradientTape() as tape:
       loss = _reference_loss(spec, variables, batch_items, batch_labels)
+      if batch_teacher is not None:
+        loss += kd_weight * _reference_kd(
+            batch_teacher, _reference_logits(spec, variables, batch_items),
+            tau, kind)
     grads = tape.gradient(loss, trained)
     for variable, grad in zip(trained, grads):
       rate = (
@@ -125,11 +142,14 @@ def _reference_train(
       index = order[start : start + batch_size]
       batch_items = tf.constant(items[index])
       batch_labels = tf.constant(labels[index])
+      batch_teacher = (None if teacher_logits is None
+                       else tf.constant(teacher_logits[index], tf.float32))
+      batch = (batch_items, batch_labels, batch_teacher)
       if alternating and local_keys:
-        sgd_step(local_keys, batch_items, batch_labels)  # lines 8-9
-        loss = sgd_step(global_keys, batch_items, batch_labels)  # lines 10-11
+        sgd_step(local_keys, *batch)  # lines 8-9
+        loss = sgd_step(global_keys, *batch)  # lines 10-11
       else:
-        loss = sgd_step(list(variables), batch_items, batch_labels)
+        loss = sgd_step(list(variables), *batch)
       loss_sum += loss * len(index)
   trained_params = tf.nest.map_structure(lambda v: v.numpy(), variables)
   return trained_params, loss_sum
@@ -468,3 +488,72 @@ def test_users_trained_together_match_each_trained_alone(
       tf.nest.map_structure(lambda t: np.asarray(t[2]), together.parameters),
       params[2],
   )
+
+
+_TEACHER_LOGITS = np.array(
+    [2.0, -1.5, 0.5, 3.0, -0.5, 1.0, -2.0, 0.0, 1.5, -1.0, 2.5], np.float32)
+
+
+@pytest.mark.parametrize('kind', local_training.DISTILLATION_KINDS)
+@pytest.mark.parametrize('tau', [1.0, 3.0])
+def test_training_with_distillation_matches_reference(kind, tau):
+  # APFR-GKD's KD phase: NCF, item table and MLP shared, joint SGD on BCE +
+  # mu tau^2 KL(teacher || student).
+  spec = _SPECS['neural_cf_global_mlp']
+  params = _initial_params(spec)
+  mu = 0.7
+  result = _train(
+      spec, params, alternating=False, local_epochs=2,
+      distillation=local_training.Distillation(
+          teacher_logits=tf.constant(_TEACHER_LOGITS),
+          weights=tf.constant(mu), temperature=tau, kind=kind),
+  )
+  expected, expected_loss_sum = _reference_train(
+      spec, params, _ITEMS, _LABELS, batch_size=_BATCH_SIZE, local_epochs=2,
+      learning_rate=_LEARNING_RATE, item_learning_rate=_ITEM_LEARNING_RATE,
+      alternating=False, shuffle_seed=np.array([1, 2], np.int64),
+      teacher_logits=_TEACHER_LOGITS, kd_weight=mu, tau=tau, kind=kind,
+  )
+  _assert_params_close(result.parameters, expected)
+  np.testing.assert_allclose(result.loss_sum, expected_loss_sum, rtol=1e-5)
+  # The distillation term changed the result (else the test is vacuous).
+  without, _ = _reference_train(
+      spec, params, _ITEMS, _LABELS, batch_size=_BATCH_SIZE, local_epochs=2,
+      learning_rate=_LEARNING_RATE, item_learning_rate=_ITEM_LEARNING_RATE,
+      alternating=False, shuffle_seed=np.array([1, 2], np.int64),
+  )
+  assert np.abs(np.asarray(result.parameters['item_embedding'])
+                - without['item_embedding']).max() > 1e-3
+
+
+def test_zero_distillation_weight_is_plain_training():
+  spec = _SPECS['neural_cf_global_mlp']
+  params = _initial_params(spec)
+  plain = _train(spec, params, alternating=False)
+  weighted_zero = _train(
+      spec, params, alternating=False,
+      distillation=local_training.Distillation(
+          teacher_logits=tf.constant(_TEACHER_LOGITS),
+          weights=tf.constant(0.0)),
+  )
+  _assert_params_close(weighted_zero.parameters, tf.nest.map_structure(
+      np.asarray, plain.parameters))
+
+
+def test_alternating_with_first_keys_steps_those_first():
+  # APFR-GKD's Dual phase: user embedding and shared MLP first, then the
+  # item rows (PFedRec-style with the score function shared).
+  spec = _SPECS['neural_cf_global_mlp']
+  params = _initial_params(spec)
+  first = ('user_embedding', 'score_layers')
+  result = _train(spec, params, alternating=True, first_keys=first)
+  expected, _ = _reference_train(
+      spec, params, _ITEMS, _LABELS, batch_size=_BATCH_SIZE, local_epochs=1,
+      learning_rate=_LEARNING_RATE, item_learning_rate=_ITEM_LEARNING_RATE,
+      alternating=True, shuffle_seed=np.array([1, 2], np.int64),
+      first_keys=list(first),
+  )
+  _assert_params_close(result.parameters, expected)
+  default_order = _train(spec, params, alternating=True)
+  assert np.abs(np.asarray(default_order.parameters['item_embedding'])
+                - expected['item_embedding']).max() > 1e-4

@@ -13,7 +13,12 @@ LEARNING_RATE = flags.DEFINE_float(
     '0.01; HeteFedRec Sec. V.D\'s 0.001 leaves every model a popularity '
     'ranker, docs/results/hetefedrec.md).',
 )
-LOCAL_EPOCHS = flags.DEFINE_integer('local_epochs', 1, 'Local epochs E.')
+LOCAL_EPOCHS = flags.DEFINE_integer(
+    'local_epochs', 1,
+    'Local epochs E. Not given: the method\'s own (1 for PFedRec, FedMF, '
+    'FedNCF, FedRecon and the tiered methods, 2 for FedRAS and its '
+    'baselines, 10 for APFR-GKD and FedRAP).',
+)
 BATCH_SIZE = flags.DEFINE_integer('batch_size', 256, 'Local batch size B.')
 ITEM_LEARNING_RATE = flags.DEFINE_float(
     'item_learning_rate', None,
@@ -58,7 +63,9 @@ def _check_training(entry) -> None:
 
 
 def _training(context: group.BuildContext) -> dict:
-  fields = {'local_epochs': LOCAL_EPOCHS.value}
+  fields = {}
+  if flags.FLAGS[LOCAL_EPOCHS.name].present:
+    fields['local_epochs'] = LOCAL_EPOCHS.value
   if LEARNING_RATE.value is not None:
     fields['learning_rate'] = LEARNING_RATE.value
   del context

@@ -91,7 +91,9 @@ def on_device_user_model(
       store.stacked_local_parameters(np.array([user])),
   )
   params = collections.OrderedDict(item_embedding=np.asarray(item_table))
-  if spec.has_score_layers:
+  if evaluation.TRAINED_SCORE_LAYERS in local:
+    params['score_layers'] = _numpy(local[evaluation.TRAINED_SCORE_LAYERS])
+  elif spec.has_score_layers:
     source = local if 'score_layers' in spec.local_keys else global_params
     params['score_layers'] = _numpy(source['score_layers'])
   if spec.has_user_embedding:
@@ -191,7 +193,7 @@ class LocalItemMethod(ItemTableMethod):
   @property
   def initial_client_state(self):
     return local_item_training.initial_client_state(
-        self.spec, self.initial_parameters, self.exchange
+        self.spec, self.initial_parameters, self.exchange, self.training
     )
 
   def initial_store(self) -> client_state_store.ClientStateStore:
@@ -207,7 +209,7 @@ class LocalItemMethod(ItemTableMethod):
     keeps the table each user last started from), or 'global_table' (the
     table after the latest aggregation: `untrained_item_rows=aggregated`,
     or no personal rows)."""
-    if not (self.training.dual_personalization
+    if not (self.training.keeps_personal_rows
             and self.training.untrained_item_rows == 'round_start'):
       return 'global_table'
     if self.exchange.keeps_client_copies:
@@ -222,6 +224,18 @@ class LocalItemMethod(ItemTableMethod):
 
   def run_round(self, server_state, store, round_input, *,
                 users_per_client: int = 1) -> method.RoundResult:
+    server_state, metrics = self.run_exchange(
+        self.process, server_state, store, round_input,
+        users_per_client=users_per_client,
+    )
+    return method.RoundResult(server_state=server_state, metrics=metrics)
+
+  def run_exchange(self, process, server_state, store, round_input, *,
+                   users_per_client: int = 1):
+    """One download, training and upload of the round's users through
+    `process` (this method's, or one of the same server state: APFR-GKD
+    runs two a round); returns (server state, the figures of
+    `RoundResult.metrics`)."""
     users = np.asarray(round_input.users)
     fields = self.exchange.client_fields(users)
     if self.untrained_rows_from == 'recorded_start_table':
@@ -239,23 +253,20 @@ class LocalItemMethod(ItemTableMethod):
       return data
 
     server_state, metrics = user_groups.run_round(
-        self.process, server_state, store, users, round_input.user_data,
+        process, server_state, store, users, round_input.user_data,
         users_per_group=users_per_client, make_group_data=group_data,
     )
     sent = self.exchange.round_bytes(
         self.spec, self.initial_parameters, metrics, len(users)
     )
-    return method.RoundResult(
-        server_state=server_state,
-        metrics={
-            'train_loss': float(metrics['train_loss']),
-            **{key: float(value) for key, value in sent._asdict().items()},
-            # The encoded downlink's own figures (FedRAS: group_count,
-            # mean_cosine, similarity_at_expected), for the next round.
-            **{f'downlink_{key}': float(value)
-               for key, value in metrics['distributor'].items()},
-        },
-    )
+    return server_state, {
+        'train_loss': float(metrics['train_loss']),
+        **{key: float(value) for key, value in sent._asdict().items()},
+        # The encoded downlink's own figures (FedRAS: group_count,
+        # mean_cosine, similarity_at_expected), for the next round.
+        **{f'downlink_{key}': float(value)
+           for key, value in metrics['distributor'].items()},
+    }
 
   def config_summary(self) -> dict:
     return {

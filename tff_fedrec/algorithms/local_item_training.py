@@ -8,7 +8,8 @@ exchange, FedRAS and its compression baselines are one process:
                parameters, or FedRAS's compressed downlink;
   client work  `build_client_work`: ClientUpdate of PFedRec's Algorithm 1
                (`local_training.train_users_locally`, alternating with dual
-               personalization, joint otherwise) on a compact table holding
+               personalization, joint otherwise, with distillation towards
+               a broadcast teacher as an option: APFR-GKD Eq. 8) on a compact table holding
                only the T rows of the items in the user's data (Sec. 4.3,
                "Efficient on-device update"), so no client operation
                touches the whole [N, d] table; the rows start from the
@@ -29,13 +30,14 @@ Types (`composer` gives S and M):
 
   L = the users' client-local parameters (score function, user
       embedding), leading dim [U], plus the exchange's state (FedRAS:
-      item_copy [U, N, d], synced_round [U])
+      item_copy [U, N, d], synced_round [U]) and, with
+      `keeps_trained_model`, trained_score_layers (APFR-GKD)
   C = <local_parameters: L, personal_item_ids int32[U, T],
-       personal_item_rows float32[U, T, d]> (T = 0 without dual
-       personalization), what the program stores per user; only L goes
-       into `next`: a round starts from the global item rows (Algorithm 1,
-       ClientUpdate line 1), so last round's fine-tuned rows are read only
-       for inference
+       personal_item_rows float32[U, T, d]> (T = 0 unless the users keep
+       their trained rows: dual personalization or `keeps_trained_model`),
+       what the program stores per user; only L goes into `next`: a round
+       starts from the global item rows (Algorithm 1, ClientUpdate line 1),
+       so last round's fine-tuned rows are read only for inference
   D = `client_data_type(exchange)` (see `templates.user_groups`)
   upload = <update=<item, [dense]>, weight=U, metrics=<loss_sum,
             num_examples, exchange's metrics>>
@@ -49,6 +51,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_fedrec import evaluation
 from tff_fedrec import local_training
 from tff_fedrec import models
 from tff_fedrec.aggregators import keyed
@@ -58,6 +61,31 @@ from tff_fedrec.templates import two_phase
 
 
 UNTRAINED_ITEM_ROWS = ('round_start', 'aggregated')
+
+
+@dataclasses.dataclass(frozen=True)
+class DistillationOptions:
+  """Distillation from the broadcast teacher (APFR-GKD Eq. 7-8).
+
+  Attributes:
+    weight: mu of Eq. 8 (FedGKD's default 0.1).
+    temperature: tau of Eq. 7 (FedGKD's default 1).
+    kind: 'binary' or 'listwise' (`knowledge_distillation`).
+  """
+
+  weight: float = 0.1
+  temperature: float = 1.0
+  kind: str = 'binary'
+
+  def __post_init__(self):
+    if self.kind not in local_training.DISTILLATION_KINDS:
+      raise ValueError(f'kind must be one of '
+                       f'{local_training.DISTILLATION_KINDS}; got '
+                       f'{self.kind!r}.')
+    if not self.weight >= 0 or not self.temperature > 0:
+      raise ValueError('The distillation weight must be >= 0 and the '
+                       f'temperature > 0; got {self.weight}, '
+                       f'{self.temperature}.')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +106,16 @@ class ClientTrainingConfig:
       under a compressed exchange), as PFedRec's reference code evaluates
       the whole table a client kept; or 'aggregated', the server's table
       after the latest aggregation.
+    alternating_first_keys: With dual personalization, the parameters of
+      each batch's first step (empty: the client-local ones, PFedRec's
+      Algorithm 1; APFR-GKD's Dual phase: user embedding and the shared
+      score layers, then the item rows).
+    keeps_trained_model: Keep each user's trained item rows and, where
+      they are shared, its trained score layers (`trained_score_layers`
+      in its local state) to score it with (APFR-GKD: each client's model
+      after its local training is its personalised model).
+    distillation: None, or distillation towards the broadcast teacher
+      (`distributors.TeacherBroadcast`).
   """
 
   learning_rate: float = 0.1
@@ -86,6 +124,14 @@ class ClientTrainingConfig:
   local_epochs: int = 1
   dual_personalization: bool = True
   untrained_item_rows: str = 'round_start'
+  alternating_first_keys: tuple[str, ...] = ()
+  keeps_trained_model: bool = False
+  distillation: Optional[DistillationOptions] = None
+
+  @property
+  def keeps_personal_rows(self) -> bool:
+    """Whether users keep the item rows they trained (to be scored by)."""
+    return self.dual_personalization or self.keeps_trained_model
 
   def __post_init__(self):
     for name in ('batch_size', 'local_epochs'):
@@ -124,26 +170,60 @@ def _type_of(structure, leading=()) -> tff.Type:
   ))
 
 
+def _keeps_trained_score_layers(spec, training) -> bool:
+  return (training is not None and training.keeps_trained_model
+          and 'score_layers' in spec.global_keys)
+
+
 def initial_local_state(
-    spec: models.RecommenderSpec, params: models.Parameters, exchange
+    spec: models.RecommenderSpec, params: models.Parameters, exchange,
+    training: Optional[ClientTrainingConfig] = None,
 ) -> collections.OrderedDict:
   """One user's L before its first round (numpy): the server's initial
   local parameters, as in the reference code (Algorithm 1, ServerExecute
-  line 1), and the exchange's state."""
+  line 1), the exchange's state, and with `training.keeps_trained_model`
+  the shared score layers as they were after its last training."""
   _, local_params = models.split_parameters(spec, params)
   state = collections.OrderedDict(local_params)
   state.update(exchange.local_state(params['item_embedding']))
+  if _keeps_trained_score_layers(spec, training):
+    state[evaluation.TRAINED_SCORE_LAYERS] = params['score_layers']
   return state
 
 
 def initial_client_state(
-    spec: models.RecommenderSpec, params: models.Parameters, exchange
+    spec: models.RecommenderSpec, params: models.Parameters, exchange,
+    training: Optional[ClientTrainingConfig] = None,
 ) -> collections.OrderedDict:
   """C of a user that has not trained yet: L and no personal rows."""
   return collections.OrderedDict(
-      local_parameters=initial_local_state(spec, params, exchange),
+      local_parameters=initial_local_state(spec, params, exchange, training),
       personal_item_ids=np.zeros([0], np.int32),
       personal_item_rows=np.zeros([0, spec.embedding_dim], np.float32),
+  )
+
+
+def _teacher_distillation(spec, options, broadcast, own, data, per_user,
+                          dense_keys) -> local_training.Distillation:
+  """The distillation of APFR-GKD's KD phase: the teacher is the broadcast
+  teacher's item rows and shared layers with each user's own local
+  parameters as they are before this training (spec section 7.2), its
+  logits fixed for the whole phase; weight mu once a teacher exists."""
+  teacher = broadcast['teacher']
+  params = tf.nest.map_structure(
+      per_user, collections.OrderedDict((k, teacher[k]) for k in dense_keys)
+  )
+  params.update(own)
+  teacher_rows = tf.gather(teacher['item_embedding'], data['row_ids'])
+  teacher_logits = models.logits_from_vectors(
+      spec, params, tf.gather(teacher_rows, data['items'], batch_dims=1)
+  )
+  num_users = tf.shape(data['num_examples'])[0]
+  return local_training.Distillation(
+      teacher_logits=tf.stop_gradient(teacher_logits),
+      weights=tf.fill([num_users], options.weight * broadcast['has_teacher']),
+      temperature=options.temperature,
+      kind=options.kind,
   )
 
 
@@ -157,7 +237,8 @@ def build_client_work(
   """The client work of the module docstring."""
   dense_keys = tuple(k for k in spec.global_keys if k != 'item_embedding')
   local_type = _type_of(
-      initial_local_state(spec, initial_params, exchange), leading=[None]
+      initial_local_state(spec, initial_params, exchange, training),
+      leading=[None],
   )
   data_type = tff.to_type(client_data_type(exchange))
 
@@ -174,6 +255,12 @@ def build_client_work(
         broadcast, local, data
     )
     own = collections.OrderedDict((k, local[k]) for k in spec.local_keys)
+    distillation = None
+    if training.distillation is not None:
+      distillation = _teacher_distillation(
+          spec, training.distillation, broadcast, own, data, per_user,
+          dense_keys,
+      )
     result = local_training.train_users_locally(
         spec,
         models.merge_parameters(spec, start, own),
@@ -189,6 +276,8 @@ def build_client_work(
         item_gradient_maps=exchange.gradient_maps(
             data, broadcast['round_num'], spec.embedding_dim
         ),
+        distillation=distillation,
+        first_keys=training.alternating_first_keys or None,
     )
     new_global, new_local = models.split_parameters(spec, result.parameters)
     trained_rows = new_global['item_embedding']
@@ -206,12 +295,14 @@ def build_client_work(
           ))
           for k in dense_keys
       )
-    if training.dual_personalization:
+    if training.keeps_personal_rows:
       personal_ids, personal_rows = data['row_ids'], trained_rows
     else:
       personal_ids = tf.zeros([num_users, 0], tf.int32)
       personal_rows = tf.zeros([num_users, 0, spec.embedding_dim], tf.float32)
     new_local.update(kept)
+    if _keeps_trained_score_layers(spec, training):
+      new_local[evaluation.TRAINED_SCORE_LAYERS] = new_global['score_layers']
     new_state = collections.OrderedDict(
         local_parameters=new_local,
         personal_item_ids=personal_ids,
@@ -238,6 +329,8 @@ def build_process(
     item_aggregator: Optional[object] = None,
     model_aggregator: Optional[
         tff.aggregators.WeightedAggregationFactory] = None,
+    distributor=None,
+    finalizer=None,
 ) -> two_phase.TwoPhaseProcess:
   """Builds the process of the module docstring.
 
@@ -251,6 +344,10 @@ def build_process(
     model_aggregator: Aggregates the deltas of the other global parameters
       (FedNCF's shared MLP), weighted by users; None means
       `tff.aggregators.MeanFactory()`.
+    distributor: None means the exchange's; `distributors.TeacherBroadcast`
+      with distillation.
+    finalizer: None means `finalizers.ApplyDelta`;
+      `finalizers.BufferedGlobalModel` keeps APFR-GKD's buffer.
   """
   global_init, _ = models.split_parameters(spec, initial_params)
   dense_keys = tuple(k for k in spec.global_keys if k != 'item_embedding')
@@ -270,7 +367,7 @@ def build_process(
     update_type['dense'] = _type_of(
         collections.OrderedDict((k, global_init[k]) for k in dense_keys)
     )
-  distributor = exchange.distributor
+  distributor = distributor or exchange.distributor
   broadcast_type = distributor.received_type(
       initial_global_parameters.type_signature.result
   )
@@ -283,7 +380,7 @@ def build_process(
       aggregator=keyed.KeyedFactory(inner).create(
           tff.to_type(update_type), tff.TensorType(np.float32)
       ),
-      finalizer=finalizers.ApplyDelta(
+      finalizer=finalizer or finalizers.ApplyDelta(
           replaces_trained_rows=exchange.replaces_trained_rows
       ),
   )

@@ -78,6 +78,7 @@ _ALGORITHMS = 'tff_fedrec.algorithms'
 _PFEDREC = 'PFedRec (Zhang et al., IJCAI 2023)'
 _FEDRAS = 'FedRAS (Lu et al., KDD 2025)'
 _HETEFEDREC = 'HeteFedRec (Yuan et al., ICDE 2024)'
+_APFR_GKD = 'APFR-GKD (Zhao et al.)'
 
 
 def _tiered(name, function, **options):
@@ -94,6 +95,15 @@ def _fedras(name, function, exchange, **options):
       _LOCAL_SGD + ('score_layers', 'base_model', 'exchange')
       + (('tiers',) if exchange == 'fedras' else ()),
       _FEDRAS, exchange=exchange, **options,
+  )
+
+
+def _apfr_gkd(name, ablation=None):
+  return MethodEntry(
+      name, f'{_ALGORITHMS}.apfr_gkd.method:build_apfr_gkd', LEAVE_ONE_OUT,
+      _LOCAL_SGD + ('score_layers', 'apfr_gkd'),
+      _APFR_GKD + (f', ablation {ablation}' if ablation else ''),
+      arguments=(('ablation', ablation),) if ablation else (),
   )
 
 
@@ -129,6 +139,14 @@ _ENTRIES = (
     _tiered('all_large', 'build_all_large'),
     _tiered('all_large_exclusive', 'build_all_large_exclusive'),
     _tiered('standalone', 'build_standalone', flag_groups=_TIERED),
+    _apfr_gkd('apfr_gkd'),
+    _apfr_gkd('apfr_gkd_unary', 'unary'),
+    _apfr_gkd('apfr_gkd_dual', 'dual'),
+    _apfr_gkd('apfr_gkd_no_buffer', 'no_buffer'),
+    _apfr_gkd('apfr_gkd_no_kd', 'no_kd'),
+    MethodEntry('fedrap', f'{_ALGORITHMS}.fedrap.method:build_fedrap',
+                LEAVE_ONE_OUT, ('training', 'embedding', 'fedrap'),
+                'FedRAP (Li et al., ICLR 2024), APFR-GKD baseline'),
 )
 
 METHODS = {entry.name: entry for entry in _ENTRIES}

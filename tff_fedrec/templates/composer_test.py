@@ -241,3 +241,78 @@ def test_ensemble_distillation_runs_after_the_inner_finalizer():
   np.testing.assert_allclose(
       metrics['finalizer']['distillation']['loss_before'],
       np.stack(want.loss_before), rtol=1e-6)
+
+
+def _numpy_buffer_rounds(rounds, buffer_size, student_start):
+  """APFR-GKD Eq. 6 with the toy uploads: aggregate a_t = g_{t-1} + mean,
+  teacher = the mean of the last M aggregates, g_t = the teacher
+  ('buffer_average') or a_t ('latest_aggregate')."""
+  global_w, pushed = _GLOBAL['w'].astype(np.float64), []
+  for _ in range(rounds):
+    aggregate = global_w + _MEAN
+    pushed = (pushed + [aggregate])[-buffer_size:]
+    teacher = np.mean(pushed, axis=0)
+    global_w = teacher if student_start == 'buffer_average' else aggregate
+  return global_w, teacher
+
+
+@pytest.mark.parametrize('student_start', finalizers.BUFFER_STUDENT_STARTS)
+def test_buffered_global_model_averages_the_last_m_aggregates(student_start):
+  process = _process(finalizers.BufferedGlobalModel(
+      _GLOBAL, buffer_size=2, student_start=student_start))
+  state = process.initialize()
+  # theta_0 is not in the buffer: the teacher is theta_0 until a push.
+  assert state['finalizer']['pushes'] == 0
+  np.testing.assert_array_equal(state['finalizer']['teacher']['w'],
+                                _GLOBAL['w'])
+  for rounds in (1, 2, 3):
+    state, _, metrics = process.next(state, _LOCALS, _DATA)
+    want_global, want_teacher = _numpy_buffer_rounds(
+        rounds, 2, student_start)
+    np.testing.assert_allclose(state['global_parameters']['w'],
+                               want_global, rtol=1e-6, atol=1e-5)
+    np.testing.assert_allclose(state['finalizer']['teacher']['w'],
+                               want_teacher, rtol=1e-6, atol=1e-5)
+    assert metrics['finalizer']['buffered'] == min(rounds, 2)
+  # Round 3 averages rounds 2 and 3 only: with every aggregate kept the
+  # teacher would differ.
+  assert not np.allclose(_numpy_buffer_rounds(3, 3, student_start)[1],
+                         want_teacher)
+
+
+def test_teacher_broadcast_sends_the_buffer_average_once_there_is_one():
+  initial = _initial(_GLOBAL)
+  distributor = distributors.TeacherBroadcast()
+
+  @tff.tensorflow.computation(
+      distributor.received_type(initial.type_signature.result),
+      tff.TensorType(np.float32, [None]), _DATA_TYPE,
+  )
+  def client_update(received, local, data):
+    # Each user records has_teacher and the teacher's first entry.
+    users = tf.cast(tf.shape(local)[0], tf.float32)
+    new_local = (100.0 * received['has_teacher']
+                 + received['teacher']['w'][0] + 0.0 * local)
+    return new_local, collections.OrderedDict(
+        update=_dense_mean_upload(received, data), weight=users,
+        metrics=collections.OrderedDict(
+            loss_sum=tf.reduce_sum(data['loss']), num_examples=users))
+
+  work = composer.ClientWork(client_update)
+  process = composer.compose_client_state_process(
+      initial_global_parameters=initial,
+      distributor=distributor,
+      client_work=work,
+      aggregator=keyed.KeyedFactory(collections.OrderedDict(
+          dense=tff.aggregators.MeanFactory())).create(
+              work.upload_type.update, tff.TensorType(np.float32)),
+      finalizer=finalizers.BufferedGlobalModel(
+          _GLOBAL, buffer_size=3, student_start='latest_aggregate'),
+  )
+  state, first, _ = process.next(process.initialize(), _LOCALS, _DATA)
+  # Round 0: no teacher yet (has_teacher 0), theta_0 sent.
+  np.testing.assert_allclose(first[1], [_GLOBAL['w'][0]])
+  _, second, _ = process.next(state, _LOCALS, _DATA)
+  # Round 1: the average of the one aggregate, theta_0 + mean.
+  np.testing.assert_allclose(second[1],
+                             [100.0 + _GLOBAL['w'][0] + _MEAN[0]], rtol=1e-6)

@@ -56,6 +56,35 @@ class Broadcast:
     return state, _no_measurements()
 
 
+class TeacherBroadcast(Broadcast):
+  """B = <global_parameters, round_num, teacher, has_teacher>: the
+  broadcast and the teacher of `finalizers.BufferedGlobalModel` (its
+  state's `teacher`, the average of the buffered global models; APFR-GKD
+  Eq. 6-8), with has_teacher = 1.0 once a model was buffered and 0.0
+  before (the round-1 teacher would be the random theta_0, from which
+  FedGKD does not distil)."""
+
+  def received_type(self, global_type) -> tff.Type:
+    return tff.to_type(collections.OrderedDict(
+        global_parameters=global_type, round_num=np.int32,
+        teacher=global_type, has_teacher=np.float32,
+    ))
+
+  def distribute(self, server_state):
+    buffer = server_state.finalizer
+    has_teacher = tff.federated_map(
+        tff.tensorflow.computation(
+            lambda pushes: tf.cast(pushes > 0, tf.float32), np.int32),
+        buffer.pushes,
+    )
+    return tff.federated_broadcast(tff.federated_zip(collections.OrderedDict(
+        global_parameters=server_state.global_parameters,
+        round_num=server_state.round_num,
+        teacher=buffer.teacher,
+        has_teacher=has_teacher,
+    )))
+
+
 def round_seed(seed: int, round_num) -> tf.Tensor:
   """int64 [2]: the seed server and clients share in round t (CoLR's B,
   the server's cluster-and-split)."""

@@ -18,6 +18,10 @@ A finalizer of `composer.compose_client_state_process` has
   WithEnsembleDistillation    any of these, then relation-based ensemble
                               self-distillation of the item tables
                               (HeteFedRec Eq. 16-17, RESKD).
+  BufferedGlobalModel         ApplyDelta, then the new global model into a
+                              buffer of the last M, whose average is the
+                              next teacher and, by default, the next
+                              global model (APFR-GKD Eq. 6).
 
 Each builds its TF computation from the types of the values it is traced
 with, so a finalizer is made without types.
@@ -207,3 +211,85 @@ class WithEnsembleDistillation:
     return state, new_global, tff.federated_zip(collections.OrderedDict(
         optimizer=inner_measurements, distillation=measurements,
     ))
+
+
+BUFFER_STUDENT_STARTS = ('buffer_average', 'latest_aggregate')
+
+
+class BufferedGlobalModel:
+  """APFR-GKD Eq. 6: theta_t <- (1/M) sum_{m=1..M} theta_{t-m+1}.
+
+  After `ApplyDelta`, the new global model is pushed into a FIFO buffer of
+  the last M aggregated models (theta_0 is not pushed; before M pushes the
+  average runs over those present), and their uniform parameter average
+  becomes the teacher clients distil from (`distributors.TeacherBroadcast`
+  sends it). With `student_start='buffer_average'` (Algorithm 1, line 15)
+  it is also the next global model clients start from; with
+  'latest_aggregate' (FedGKD, Yao et al.) they start from the newest
+  aggregate and only the teacher is the average.
+
+  State <models: the buffer, each leaf stacked [M, ...], slot m holding
+  push number m mod M; pushes: int32, models pushed so far; teacher: the
+  average>. Measurements <buffered: int32, models in the average>. The
+  state is server state, so checkpoints carry it and a resumed run
+  continues with the same buffer.
+  """
+
+  def __init__(self, initial_parameters, *, buffer_size: int,
+               student_start: str = 'buffer_average'):
+    """`initial_parameters`: numpy arrays in the nest of the global
+    parameters (theta_0: the teacher until the first push)."""
+    if buffer_size < 1:
+      raise ValueError(f'buffer_size must be at least 1; got {buffer_size}.')
+    if student_start not in BUFFER_STUDENT_STARTS:
+      raise ValueError(f'student_start must be one of '
+                       f'{BUFFER_STUDENT_STARTS}; got {student_start!r}.')
+    self._buffer_size = buffer_size
+    self._student_start = student_start
+    self._inner = ApplyDelta()
+
+    @tff.tensorflow.computation
+    def initial_state():
+      return collections.OrderedDict(
+          models=tf.nest.map_structure(
+              lambda x: tf.zeros([buffer_size, *x.shape], x.dtype),
+              initial_parameters,
+          ),
+          pushes=tf.constant(0, tf.int32),
+          teacher=tf.nest.map_structure(tf.constant, initial_parameters),
+      )
+
+    self.initial_state = initial_state
+
+  def finalize(self, state, global_parameters, aggregate, round_num):
+    _, aggregated, _ = self._inner.finalize(
+        tff.federated_value(collections.OrderedDict(), tff.SERVER),
+        global_parameters, aggregate, round_num,
+    )
+    buffer_size = self._buffer_size
+    to_average = self._student_start == 'buffer_average'
+
+    def push(state, aggregated):
+      slot = tf.math.floormod(state['pushes'], buffer_size)
+      models = tf.nest.map_structure(
+          lambda stack, new: tf.tensor_scatter_nd_update(
+              stack, [[slot]], new[tf.newaxis]),
+          _as_parameters(aggregated, state['models']), aggregated,
+      )
+      pushes = state['pushes'] + 1
+      buffered = tf.minimum(pushes, buffer_size)
+      weights = tf.cast(tf.range(buffer_size) < buffered, tf.float32) / (
+          tf.cast(buffered, tf.float32))
+      teacher = tf.nest.map_structure(
+          lambda stack: tf.tensordot(weights, stack, axes=1), models
+      )
+      new_global = teacher if to_average else aggregated
+      return (
+          collections.OrderedDict(models=models, pushes=pushes,
+                                  teacher=teacher),
+          new_global,
+          collections.OrderedDict(buffered=buffered),
+      )
+
+    new_state, new_global, measurements = _map(push, state, aggregated)
+    return new_state, new_global, measurements

@@ -1,0 +1,83 @@
+"""Flags of APFR-GKD (group `apfr_gkd`): the adapter, the buffer and the
+distillation (Zhao et al., Eq. 4-8, Algorithm 1)."""
+
+from absl import flags
+
+from tff_fedrec import heterogeneity
+from tff_fedrec import local_training
+from tff_fedrec.algorithms import local_item_training
+from tff_fedrec.algorithms.apfr_gkd import method as apfr_gkd
+from tff_fedrec.programs.flag_groups import group
+from tff_fedrec.templates import finalizers
+
+PERSONALIZATION = flags.DEFINE_enum(
+    'personalization', 'auto', list(apfr_gkd.PERSONALIZATIONS),
+    'APFR-GKD: auto lets the adapter choose (Dual iff the heterogeneity P '
+    '>= --heterogeneity_threshold, Algorithm 1); unary: distillation only; '
+    'dual: a PFedRec-style phase, then distillation (two exchanges a '
+    'round).',
+)
+HETEROGENEITY_THRESHOLD = flags.DEFINE_float(
+    'heterogeneity_threshold', heterogeneity.DEFAULT_THRESHOLD,
+    'APFR-GKD: epsilon of the adapter (P is printed at the start of a run '
+    'and kept in summary.json).',
+)
+BUFFER_SIZE = flags.DEFINE_integer(
+    'buffer_size', 5,
+    'APFR-GKD: M, the aggregated global models averaged into the teacher '
+    '(Eq. 6; FedGKD\'s 5).',
+)
+STUDENT_START = flags.DEFINE_enum(
+    'student_start', 'buffer_average', list(finalizers.BUFFER_STUDENT_STARTS),
+    'APFR-GKD: clients train from the buffer\'s average (Algorithm 1, the '
+    'teacher itself) or from the latest aggregate, the average being the '
+    'teacher only (FedGKD; the teacher is then a second download).',
+)
+DISTILLATION_WEIGHT = flags.DEFINE_float(
+    'distillation_weight', 0.1, 'APFR-GKD: mu of Eq. 8 (FedGKD\'s 0.1).'
+)
+TEMPERATURE = flags.DEFINE_float(
+    'temperature', 1.0, 'APFR-GKD: tau of Eq. 7 (FedGKD\'s 1).'
+)
+DISTILLATION = flags.DEFINE_enum(
+    'distillation', 'binary', list(local_training.DISTILLATION_KINDS),
+    'APFR-GKD: binary, the KL of each example\'s [sigmoid, 1 - sigmoid] '
+    'at temperature tau; listwise, the KL of the softmax over a user\'s '
+    'examples in a batch.',
+)
+
+
+def _check(entry) -> None:
+  del entry
+  group.require_positive(BUFFER_SIZE)
+  group.require_finite(HETEROGENEITY_THRESHOLD)
+  group.require_finite(TEMPERATURE, positive=True)
+  group.require_finite(DISTILLATION_WEIGHT)
+  if DISTILLATION_WEIGHT.value < 0:
+    raise group.FlagError(
+        f'--distillation_weight must be >= 0; got {DISTILLATION_WEIGHT.value}.'
+    )
+
+
+def _arguments(context: group.BuildContext) -> dict:
+  del context
+  return {
+      'personalization': PERSONALIZATION.value,
+      'heterogeneity_threshold': HETEROGENEITY_THRESHOLD.value,
+      'buffer_size': BUFFER_SIZE.value,
+      'student_start': STUDENT_START.value,
+      'training': {'distillation': local_item_training.DistillationOptions(
+          weight=DISTILLATION_WEIGHT.value, temperature=TEMPERATURE.value,
+          kind=DISTILLATION.value,
+      )},
+  }
+
+
+GROUPS = (
+    group.FlagGroup(
+        'apfr_gkd', 'APFR-GKD\'s adapter, buffer and distillation',
+        (PERSONALIZATION, HETEROGENEITY_THRESHOLD, BUFFER_SIZE, STUDENT_START,
+         DISTILLATION_WEIGHT, TEMPERATURE, DISTILLATION),
+        _arguments, _check,
+    ),
+)

@@ -1,0 +1,258 @@
+"""APFR-GKD's builder and round driver (Zhao et al., Algorithm 1).
+
+Model: FedNCF's (Sec. 3): the user embedding p_i stays on the client, the
+item embedding Q and the score function W ("a single-layer MLP", Sec. 6.3:
+[p_i; q_j] -> Dense(32, ReLU) -> Dense(1), `hidden_units`) are shared.
+
+A round (Algorithm 1, the order of docs/methods/apfr_gkd.md):
+
+  Dual only (P >= epsilon):  the round's clients download Q, W and train on
+      BCE, PFedRec-style (each batch: a step on p_i and W with Q fixed,
+      then a step on Q's rows); the server averages the uploads (Eq. 1),
+      pushes the result into the buffer and replaces it by the buffer's
+      average (Eq. 6; lines 7-10);
+  always (the KD phase):     the clients download Q, W and the teacher
+      (the buffer's average: the global model itself under the default
+      `student_start`), and train p_i, Q, W jointly on BCE + mu tau^2
+      KL(teacher || student) (Eq. 8) for E epochs, the teacher being the
+      downloaded model with the user's own p_i as it was before this
+      phase; the server averages, pushes, replaces (lines 12-15).
+
+Both phases are the process of `local_item_training.build_process`, with
+`distributors.TeacherBroadcast` and `finalizers.BufferedGlobalModel` (the
+buffer is server state, so checkpointed); Dual runs two processes of the
+same server state one after the other, two downloads and two uploads a
+round, both counted. Each user keeps p_i and, to be scored by, the item
+rows and score layers its last training left (its personalised model);
+items it did not train are scored by the table it downloaded.
+
+Example:
+  >>> method = build_apfr_gkd(data=run_data, seed=0)
+  >>> method.mode, round(method.heterogeneity['p'], 3)
+  ('unary', 1.234)
+"""
+
+import dataclasses
+from typing import Optional
+
+import tensorflow_federated as tff
+
+from tff_fedrec import heterogeneity
+from tff_fedrec import models
+from tff_fedrec.algorithms import exchanges
+from tff_fedrec.algorithms import local_item_method
+from tff_fedrec.algorithms import local_item_training
+from tff_fedrec.algorithms import method
+from tff_fedrec.templates import distributors
+from tff_fedrec.templates import finalizers
+
+PERSONALIZATIONS = ('auto', 'unary', 'dual')
+# Table 3's variants and two of the mechanisms alone.
+ABLATIONS = {
+    'unary': 'Unary: distillation only, whatever P is (Table 3)',
+    'dual': 'Dual: the PFedRec-style phase, then distillation (Table 3)',
+    'no_buffer': 'no buffer: the teacher is the latest aggregate (M = 1)',
+    'no_kd': 'no distillation: mu = 0, the buffer kept',
+}
+# The user embedding and the shared score function first, then the item
+# rows: PFedRec's alternation with the score function shared (Sec. 5.2).
+_DUAL_PHASE_FIRST_KEYS = ('user_embedding', 'score_layers')
+DEFAULT_TRAINING = local_item_training.ClientTrainingConfig(
+    learning_rate=0.1,
+    item_learning_rate=0.1 * 1682 * 8,
+    local_epochs=10,
+    dual_personalization=False,
+    keeps_trained_model=True,
+    distillation=local_item_training.DistillationOptions(),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class APFRGKDMethod(local_item_method.LocalItemMethod):
+  """APFR-GKD (module docstring).
+
+  Attributes (besides `LocalItemMethod`'s; `process` is the KD phase's):
+    dual_process: The Dual phase's process (same server state), or None
+      in Unary mode.
+    mode: 'unary' or 'dual'.
+    heterogeneity: {'p': P, 'threshold': epsilon, 'adapter_mode': what the
+      adapter chose, 'chosen_by': 'adapter' or 'flag' or 'ablation'}.
+    buffer_size: M.
+    student_start: `finalizers.BUFFER_STUDENT_STARTS`.
+    ablation: None or one of ABLATIONS.
+  """
+
+  dual_process: Optional[tff.templates.IterativeProcess] = None
+  mode: str = 'unary'
+  heterogeneity: dict = dataclasses.field(default_factory=dict)
+  buffer_size: int = 5
+  student_start: str = 'buffer_average'
+  ablation: Optional[str] = None
+
+  def run_round(self, server_state, store, round_input, *,
+                users_per_client: int = 1) -> method.RoundResult:
+    figures = {}
+    if self.dual_process is not None:
+      server_state, figures = self.run_exchange(
+          self.dual_process, server_state, store, round_input,
+          users_per_client=users_per_client,
+      )
+    server_state, kd_figures = self.run_exchange(
+        self.process, server_state, store, round_input,
+        users_per_client=users_per_client,
+    )
+    if self.student_start == 'latest_aggregate':
+      # The teacher is a second model beside the one trained from.
+      extra = exchanges.parameter_bytes(
+          self.initial_parameters, self.spec.global_keys
+      ) * len(round_input.users)
+      for key in ('download_bytes', 'dense_download_bytes',
+                  'message_download_bytes', 'dense_message_download_bytes'):
+        if key in kd_figures:
+          kd_figures[key] += extra
+    metrics = dict(kd_figures)
+    for key, value in figures.items():
+      if key.endswith('_bytes'):
+        metrics[key] += value
+    if figures:
+      metrics['dual_phase_train_loss'] = figures['train_loss']
+    return method.RoundResult(server_state=server_state, metrics=metrics)
+
+  def summary_fields(self, server_state, store, history):
+    fields = super().summary_fields(server_state, store, history)
+    fields['heterogeneity'] = dict(self.heterogeneity)
+    fields['personalization'] = self.mode
+    fields['exchanges_per_round'] = 2 if self.dual_process else 1
+    return fields
+
+  def config_summary(self) -> dict:
+    return {
+        **super().config_summary(),
+        'personalization': self.mode,
+        'buffer_size': self.buffer_size,
+        'student_start': self.student_start,
+        'ablation': self.ablation,
+    }
+
+  def description(self) -> str:
+    h = self.heterogeneity
+    return (
+        f'heterogeneity P = {h["p"]:.4f} (threshold {h["threshold"]:g}: '
+        f'the adapter chooses {h["adapter_mode"]}); personalization '
+        f'{self.mode} ({h["chosen_by"]}); buffer M = {self.buffer_size}; '
+        + super().description()
+    )
+
+
+def _personalization(personalization, ablation, adapter_mode):
+  """(mode, chosen_by) from the flag, the ablation and the adapter."""
+  forced = ablation if ablation in ('unary', 'dual') else None
+  if forced:
+    if personalization not in ('auto', forced):
+      raise ValueError(
+          f'The {ablation} ablation runs {forced} personalization; drop '
+          f'--personalization={personalization} or use --method=apfr_gkd.')
+    return forced, 'ablation'
+  if personalization == 'auto':
+    return adapter_mode, 'adapter'
+  return personalization, 'flag'
+
+
+def build_apfr_gkd(
+    *,
+    data: method.RunData,
+    seed: int = 0,
+    embedding_dim: int = 32,
+    hidden_units: tuple[int, ...] = (32,),
+    training: local_item_training.ClientTrainingConfig = DEFAULT_TRAINING,
+    personalization: str = 'auto',
+    heterogeneity_threshold: float = heterogeneity.DEFAULT_THRESHOLD,
+    buffer_size: int = 5,
+    student_start: str = 'buffer_average',
+    ablation: Optional[str] = None,
+) -> APFRGKDMethod:
+  """Builds APFR-GKD (module docstring).
+
+  Args:
+    data: The users it trains (P is computed from their training items).
+    seed: Initial parameters and P's k-means.
+    embedding_dim: d of p_i and q_j (32, Sec. 6.3).
+    hidden_units: Hidden layers of the score MLP (empty: one dense layer).
+    training: The local training of both phases; its `distillation` is the
+      KD phase's (mu, tau, binary or list-wise).
+    personalization: 'auto' (the adapter: Dual iff P >= threshold),
+      'unary' or 'dual'.
+    heterogeneity_threshold: epsilon.
+    buffer_size: M of Eq. 6.
+    student_start: 'buffer_average' (Algorithm 1) or 'latest_aggregate'
+      (FedGKD: the teacher alone is the average).
+    ablation: None or one of ABLATIONS.
+  """
+  if personalization not in PERSONALIZATIONS:
+    raise ValueError(f'personalization must be one of {PERSONALIZATIONS}; '
+                     f'got {personalization!r}.')
+  if ablation is not None and ablation not in ABLATIONS:
+    raise ValueError(f'Unknown ablation {ablation!r}; one of '
+                     f'{", ".join(ABLATIONS)}.')
+  if training.dual_personalization:
+    raise ValueError(
+        'APFR-GKD trains its KD phase jointly; its PFedRec-style phase is '
+        '--personalization=dual. Drop --dual_personalization.')
+  distillation = training.distillation or (
+      local_item_training.DistillationOptions())
+  if ablation == 'no_kd':
+    distillation = dataclasses.replace(distillation, weight=0.0)
+  if ablation == 'no_buffer':
+    buffer_size = 1
+  training = dataclasses.replace(
+      training, keeps_trained_model=True, distillation=distillation
+  )
+  p = heterogeneity.heterogeneity(
+      data.train_offsets, data.train_items, data.num_items, seed=seed
+  )
+  adapter_mode = heterogeneity.personalization_mode(
+      p, heterogeneity_threshold)
+  mode, chosen_by = _personalization(personalization, ablation, adapter_mode)
+
+  spec = models.RecommenderSpec(
+      'neural_cf', data.num_items, embedding_dim, tuple(hidden_units),
+      personal_score_layers=False,
+  )
+  exchange = exchanges.BroadcastOptions().build(
+      num_items=spec.num_items, embedding_dim=spec.embedding_dim, seed=seed,
+      user_tiers=data.user_tiers,
+  )
+  params = models.initial_parameters(spec, seed)
+  global_initial, _ = models.split_parameters(spec, params)
+
+  def process_of(phase_training):
+    return local_item_training.build_process(
+        spec, params, phase_training, exchange,
+        distributor=distributors.TeacherBroadcast(),
+        finalizer=finalizers.BufferedGlobalModel(
+            global_initial, buffer_size=buffer_size,
+            student_start=student_start,
+        ),
+    )
+
+  dual_process = None
+  if mode == 'dual':
+    dual_process = process_of(dataclasses.replace(
+        training, dual_personalization=True,
+        alternating_first_keys=_DUAL_PHASE_FIRST_KEYS, distillation=None,
+    ))
+  return APFRGKDMethod(
+      spec=spec,
+      training=training,
+      exchange=exchange,
+      initial_parameters=params,
+      process=process_of(training),
+      num_users=data.num_users,
+      dual_process=dual_process,
+      mode=mode,
+      heterogeneity={'p': p, 'threshold': heterogeneity_threshold,
+                     'adapter_mode': adapter_mode, 'chosen_by': chosen_by},
+      buffer_size=buffer_size,
+      student_start=student_start,
+      ablation=ablation,
+  )

@@ -1,0 +1,201 @@
+"""FedRAP's TFF process, composed from the shared roles.
+
+`composer.compose_client_state_process` with
+
+  distributor  `distributors.Broadcast`: C and the round number;
+  client work  `build_client_work`: each user's round of
+               `local_training.train_users_locally` on the rows of its
+               round's items, D^(i)'s from the program's store (in the
+               client data) and C's from the broadcast; its upload is its
+               trained copy of C as a delta (`group_mean_table_delta`);
+  aggregator   `keyed.KeyedFactory(item=tff.aggregators.MeanFactory())`,
+               weighted by the users of each TFF client: the uniform mean
+               over users of their copies of C, as the reference code
+               averages `item_commonality.weight`;
+  finalizer    `finalizers.ApplyDelta`: C + the mean delta = the mean of
+               the users' copies.
+
+Types (`composer` gives S and M):
+
+  G = <item_embedding: C float32[I, d]>
+  L = <score_layers: [<kernel [U, d, 1], bias [U, 1]>] (the affine layer),
+       untrained_row_scale [U], round_row_scale [U]> (`client_state`)
+  C = <local_parameters: L, personal_item_ids int32[U, T],
+       personal_item_rows float32[U, T, d]>, returned to the program,
+       which merges the rows into each user's D^(i) (`client_state`)
+  D = `local_item_training.client_data_type` of a broadcast, plus
+      personal_rows float32[U, T, d]: each user's rows of D^(i) for its
+      round's items
+  upload = <update=<item: float32[I, d]>, weight=U,
+            metrics=<loss_sum, num_examples>>
+"""
+
+import collections
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_fedrec.aggregators import keyed
+from tff_fedrec.algorithms import exchanges
+from tff_fedrec.algorithms import local_item_training
+from tff_fedrec.algorithms.fedrap import local_training
+from tff_fedrec.templates import composer
+from tff_fedrec.templates import distributors
+from tff_fedrec.templates import finalizers
+from tff_fedrec.templates import two_phase
+
+
+def initial_client_state(score_layers, embedding_dim: int):
+  """One user's client state before its first round (numpy): the template
+  model's affine layer, no trained rows of D^(i)."""
+  return collections.OrderedDict(
+      local_parameters=collections.OrderedDict(
+          score_layers=score_layers,
+          untrained_row_scale=np.float32(1.0),
+          round_row_scale=np.float32(1.0),
+      ),
+      personal_item_ids=np.zeros([0], np.int32),
+      personal_item_rows=np.zeros([0, embedding_dim], np.float32),
+  )
+
+
+def client_data_type(num_items: int, embedding_dim: int):
+  """D of the module docstring."""
+  data_type = local_item_training.client_data_type(
+      exchanges.BroadcastExchange(num_items)
+  )
+  data_type['personal_rows'] = tff.TensorType(
+      np.float32, [None, None, embedding_dim]
+  )
+  return data_type
+
+
+def group_mean_table_delta(
+    table: tf.Tensor,
+    row_ids: tf.Tensor,
+    num_rows: tf.Tensor,
+    start_rows: tf.Tensor,
+    trained_rows: tf.Tensor,
+    round_row_scale: tf.Tensor,
+) -> tf.Tensor:
+  """The mean over a group of U users of (C_u - C), float32 [I, d].
+
+  User u's copy C_u after its round is its trained rows on its row_ids and
+  round_row_scale[u] x C elsewhere (weight decay, `local_training`), so the
+  mean is (mean_u s_u - 1) C plus, on each user's rows, (trained - s_u
+  start) / U.
+
+  Args:
+    table: C, float32 [I, d].
+    row_ids: int32 [U, T], each user's rows (padded past num_rows[u]).
+    num_rows: int32 [U].
+    start_rows: float32 [U, T, d], C[row_ids].
+    trained_rows: float32 [U, T, d], the trained rows.
+    round_row_scale: float32 [U], s_u.
+  """
+  num_users = tf.cast(tf.shape(row_ids)[0], tf.float32)
+  real = tf.sequence_mask(num_rows, tf.shape(row_ids)[1])
+  changes = (
+      trained_rows - round_row_scale[:, None, None] * start_rows
+  ) / num_users
+  return (tf.reduce_mean(round_row_scale) - 1.0) * table + tf.scatter_nd(
+      tf.boolean_mask(row_ids, real)[:, None],
+      tf.boolean_mask(changes, real),
+      tf.shape(table),
+  )
+
+
+def build_client_work(
+    config: local_training.FedRAPTrainingConfig,
+    initial_state,
+    broadcast_type: tff.Type,
+    num_items: int,
+    embedding_dim: int,
+) -> composer.ClientWork:
+  """The client work of the module docstring."""
+  local_type = tff.to_type(tf.nest.map_structure(
+      lambda leaf: tff.TensorType(
+          np.asarray(leaf).dtype.type, [None, *np.shape(leaf)]
+      ),
+      initial_state['local_parameters'],
+  ))
+  data_type = tff.to_type(client_data_type(num_items, embedding_dim))
+
+  @tff.tensorflow.computation(broadcast_type, local_type, data_type)
+  def client_update(broadcast, local, data):
+    table = broadcast['global_parameters']['item_embedding']
+    start = tf.gather(table, data['row_ids'])
+    result = local_training.train_users_locally(
+        data['personal_rows'], start, local['score_layers'],
+        data['items'], data['labels'], data['num_examples'],
+        round_num=broadcast['round_num'], shuffle_seeds=data['seeds'],
+        config=config,
+    )
+    new_state = collections.OrderedDict(
+        local_parameters=collections.OrderedDict(
+            score_layers=result.score_layers,
+            untrained_row_scale=(
+                local['untrained_row_scale'] * result.round_row_scale
+            ),
+            round_row_scale=result.round_row_scale,
+        ),
+        personal_item_ids=data['row_ids'],
+        personal_item_rows=result.personal_rows,
+    )
+    update = collections.OrderedDict(item=group_mean_table_delta(
+        table, data['row_ids'], data['num_rows'], start,
+        result.global_rows, result.round_row_scale,
+    ))
+    metrics = collections.OrderedDict(
+        loss_sum=tf.reduce_sum(result.loss_sum),
+        num_examples=tf.cast(tf.reduce_sum(result.num_examples), tf.float32),
+    )
+    num_users = tf.shape(data['num_examples'])[0]
+    return new_state, collections.OrderedDict(
+        update=update, weight=tf.cast(num_users, tf.float32), metrics=metrics
+    )
+
+  return composer.ClientWork(client_update)
+
+
+def build_process(
+    config: local_training.FedRAPTrainingConfig,
+    initial_table: np.ndarray,
+    initial_state,
+) -> two_phase.TwoPhaseProcess:
+  """Builds the process of the module docstring.
+
+  Args:
+    config: The local training.
+    initial_table: C's initial value, float32 [I, d].
+    initial_state: One user's initial client state
+      (`initial_client_state`).
+  """
+  num_items, embedding_dim = np.shape(initial_table)
+
+  @tff.tensorflow.computation
+  def initial_global_parameters():
+    return collections.OrderedDict(
+        item_embedding=tf.constant(initial_table, tf.float32)
+    )
+
+  distributor = distributors.Broadcast()
+  update_type = collections.OrderedDict(
+      item=tff.TensorType(np.float32, [num_items, embedding_dim])
+  )
+  return composer.compose_client_state_process(
+      initial_global_parameters=initial_global_parameters,
+      distributor=distributor,
+      client_work=build_client_work(
+          config, initial_state,
+          distributor.received_type(
+              initial_global_parameters.type_signature.result
+          ),
+          num_items, embedding_dim,
+      ),
+      aggregator=keyed.KeyedFactory(collections.OrderedDict(
+          item=tff.aggregators.MeanFactory()
+      )).create(tff.to_type(update_type), tff.TensorType(np.float32)),
+      finalizer=finalizers.ApplyDelta(),
+  )
