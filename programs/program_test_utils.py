@@ -10,7 +10,10 @@ finished binary leaves running.
 """
 
 import contextlib
+import csv
 import io
+import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -86,3 +89,15 @@ def run_main(
   if status is not None:
     pytest.fail(f'{program} exited with status {status}:\n{stderr[-3000:]}')
   return stdout
+
+
+def read_summary(root_dir: str) -> dict:
+  """The summary.json a finished run wrote into `root_dir`."""
+  with open(os.path.join(root_dir, 'summary.json')) as f:
+    return json.load(f)
+
+
+def read_metrics(root_dir: str) -> list[dict[str, str]]:
+  """The rows of the metrics.csv a run wrote into `root_dir`."""
+  with open(os.path.join(root_dir, 'metrics.csv')) as f:
+    return list(csv.DictReader(f))

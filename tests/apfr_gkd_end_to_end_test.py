@@ -6,7 +6,6 @@ run's summary.json and metrics.csv. Expected figures are derived in the
 comments, not read from the code under test.
 """
 
-import csv
 import json
 import os
 
@@ -16,6 +15,9 @@ import pytest
 from tff_fedrec.programs import export_program
 from tff_fedrec.programs import program_test_utils
 from tff_fedrec.programs import training_program
+
+_summary = program_test_utils.read_summary
+_metrics = program_test_utils.read_metrics
 
 _SMALL_RUN = [
     '--dataset=synthetic', '--synthetic_users=40', '--synthetic_items=400',
@@ -29,14 +31,6 @@ def _train(root_dir, args):
       'train', training_program.main, [*args, f'--root_dir={root_dir}'])
 
 
-def _summary(root_dir):
-  with open(os.path.join(root_dir, 'summary.json')) as f:
-    return json.load(f)
-
-
-def _metrics(root_dir):
-  with open(os.path.join(root_dir, 'metrics.csv')) as f:
-    return list(csv.DictReader(f))
 
 
 _SHARES_MODE_RUNS = pytest.mark.xdist_group('apfr_gkd_mode_runs')

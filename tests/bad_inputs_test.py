@@ -28,6 +28,15 @@ _RUN = ['--method=pfedrec', *_SYNTHETIC, '--rounds=2']
 
 _SHARES_FINISHED_RUN = pytest.mark.xdist_group('bad_inputs_finished_run')
 
+# argv: MODULE ARGS...; runs MODULE as `python -m MODULE ARGS...` would, with
+# SIGINT raising KeyboardInterrupt whatever disposition was inherited.
+_RUN_MODULE_WITH_SIGINT_HANDLED = (
+    'import runpy, signal, sys\n'
+    'signal.signal(signal.SIGINT, signal.default_int_handler)\n'
+    'module = sys.argv.pop(1)\n'
+    'runpy.run_module(module, run_name="__main__", alter_sys=True)\n'
+)
+
 
 def _snapshot(root_dir) -> dict:
   """{relative path: SHA-256} of every file under `root_dir`."""
@@ -280,14 +289,17 @@ def test_a_damaged_latest_checkpoint_is_passed_over_and_the_run_resumes(
 
 def test_ctrl_c_says_the_run_can_be_resumed(tmp_path):
   root_dir = str(tmp_path / 'run')
+  # SIGINT handled as in a program started from a terminal, also where the
+  # test run was started with SIGINT ignored (in the background from a
+  # script), which the program would inherit and keep. Set by the child
+  # interpreter, not by a `preexec_fn`: that makes Popen fork this process,
+  # whose gRPC threads (earlier tests') have aborted the forked child
+  # ("ev_epoll1_linux.cc Check failed: next_worker->state == KICKED", code -6).
   process = subprocess.Popen(
-      [sys.executable, '-m', 'tff_fedrec.programs.train', *_RUN[:-1],
-       '--rounds=1000', f'--root_dir={root_dir}'],
-      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-      # SIGINT as a terminal delivers it, also where the test run was
-      # started with SIGINT ignored (in the background from a script),
-      # which the program would inherit and keep.
-      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+      [sys.executable, '-c', _RUN_MODULE_WITH_SIGINT_HANDLED,
+       'tff_fedrec.programs.train', *_RUN[:-1], '--rounds=1000',
+       f'--root_dir={root_dir}'],
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   # Interrupt once a round has been saved.
   deadline = time.monotonic() + 300
   while not os.path.isdir(os.path.join(root_dir, 'checkpoints',

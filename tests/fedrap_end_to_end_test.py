@@ -2,7 +2,6 @@
 data, a stopped run resumed to the result of an uninterrupted one, and the
 export of each user's own model to TFLite."""
 
-import csv
 import json
 import os
 import subprocess
@@ -14,6 +13,9 @@ import pytest
 from tff_fedrec.programs import export_program
 from tff_fedrec.programs import program_test_utils
 from tff_fedrec.programs import training_program
+
+_summary = program_test_utils.read_summary
+_metrics = program_test_utils.read_metrics
 
 _NUM_USERS, _NUM_ITEMS, _DIM = 30, 200, 8
 _SMALL_RUN = [
@@ -34,14 +36,6 @@ def _train(args):
   return program_test_utils.run_main('train', training_program.main, args)
 
 
-def _summary(root_dir):
-  with open(os.path.join(root_dir, 'summary.json')) as f:
-    return json.load(f)
-
-
-def _metrics(root_dir):
-  with open(os.path.join(root_dir, 'metrics.csv')) as f:
-    return list(csv.DictReader(f))
 
 
 @pytest.fixture(scope='module')

@@ -8,7 +8,6 @@ is a subprocess, as a user starts it; the others call
 import (about 10 s) each.
 """
 
-import json
 import os
 import signal
 import socket
@@ -21,6 +20,8 @@ import pytest
 from tff_fedrec.programs import execution
 from tff_fedrec.programs import program_test_utils
 from tff_fedrec.programs import training_program
+
+_summary = program_test_utils.read_summary
 
 _PFEDREC = [
     '--method=pfedrec', '--dataset=synthetic', '--synthetic_users=60',
@@ -76,10 +77,6 @@ def workers():
   yield pool
   pool.stop()
 
-
-def _summary(root_dir):
-  with open(os.path.join(root_dir, 'summary.json')) as f:
-    return json.load(f)
 
 
 def _assert_same_test_metrics(expected, actual):
