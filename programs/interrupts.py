@@ -12,7 +12,11 @@ raises, and an unraisable-exception hook that keeps quiet about an interrupt
 swallowed by a finalizer and about the disposals that fail once it has come.
 The training loop calls `raise_if_received()` after every round, so an
 interrupt a finalizer swallowed still stops the run there, with its rounds
-saved.
+saved. It writes a round's metrics and checkpoint inside `deferred()`,
+where a Ctrl-C is recorded and raised once the writing is done: raised
+inside the asyncio task of a TFF release manager, the interrupt would
+leave that task's traceback on stderr ("Task exception was never
+retrieved").
 """
 
 import contextlib
@@ -28,6 +32,11 @@ def _record_and_raise(signum, frame):
   del signum, frame
   _received.set()
   raise KeyboardInterrupt
+
+
+def _record(signum, frame):
+  del signum, frame
+  _received.set()
 
 
 def _quiet_after_interrupt_hook(previous, received: threading.Event):
@@ -66,6 +75,22 @@ def handled() -> Iterator[None]:
     if not _received.is_set():
       sys.unraisablehook = previous_hook
     _received = threading.Event()
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+  """Within `handled()`, a Ctrl-C during the block is recorded and raised
+  when the block ends (module docstring); elsewhere, nothing changes."""
+  current = signal.getsignal(signal.SIGINT)
+  if current is not _record_and_raise:
+    yield
+    return
+  signal.signal(signal.SIGINT, _record)
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGINT, current)
+  raise_if_received()
 
 
 def raise_if_received() -> None:

@@ -118,3 +118,24 @@ def test_an_ignored_sigint_stays_ignored():
       interrupts.raise_if_received()
   finally:
     signal.signal(signal.SIGINT, previous_handler)
+
+
+def test_an_interrupt_in_a_deferred_block_is_raised_when_it_ends():
+  finished = []
+  with pytest.raises(KeyboardInterrupt):
+    with interrupts.handled():
+      with interrupts.deferred():
+        signal.raise_signal(signal.SIGINT)
+        # Not raised here: the block (a round's release and checkpoint)
+        # finishes first.
+        finished.append('written')
+      finished.append('not reached')
+  assert finished == ['written']
+
+
+def test_deferred_outside_handled_leaves_sigint_alone():
+  with interrupts.deferred():
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+  with pytest.raises(KeyboardInterrupt):
+    with interrupts.deferred():
+      signal.raise_signal(signal.SIGINT)

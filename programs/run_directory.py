@@ -130,8 +130,10 @@ def check_start(root_dir: str, current: dict[str, str],
       f'{root_dir} holds a run started with other settings:\n{lines}\n'
       'Resuming it with them would mix two runs under one label. Run the '
       'same command as before to resume it (only '
-      f'{", ".join("--" + n for n in sorted(RESUMABLE_FLAGS))} may change), '
-      'or give a new --root_dir for a new run. Nothing was written.'
+      f'{", ".join("--" + n for n in sorted(RESUMABLE_FLAGS))} may change; '
+      'a flag shown unset now takes the run\'s value when given, e.g. '
+      'for a run an older version started), or give a new --root_dir for '
+      'a new run. Nothing was written.'
   )
 
 

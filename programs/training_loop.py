@@ -282,18 +282,18 @@ class TrainingRun:
     for round_num in range(self.next_round, self._config.rounds):
       row = self.run_round(round_num)
       self.history.append(row)
-      self._release(row)
-      self.next_round = round_num + 1
-      if (
-          self.next_round % self._config.checkpoint_every == 0
-          or self.next_round == self._config.rounds
-      ):
-        asyncio.run(
-            self._state_manager.save(self._program_state(), self.next_round)
-        )
-        self.saved_round = self.next_round
-        run_peak_rss_mb(self._root_dir, self._worker_pid)
-      self._log(self._progress_line(row))
+      with interrupts.deferred():
+        self._release(row)
+        self.next_round = round_num + 1
+        if (
+            self.next_round % self._config.checkpoint_every == 0
+            or self.next_round == self._config.rounds
+        ):
+          asyncio.run(self._state_manager.save(self._program_state(),
+                                               self.next_round))
+          self.saved_round = self.next_round
+          run_peak_rss_mb(self._root_dir, self._worker_pid)
+        self._log(self._progress_line(row))
       interrupts.raise_if_received()
     return self.write_summary()
 

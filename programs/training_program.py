@@ -312,8 +312,9 @@ def _train_with_worker_restarts(
 
 # The groups in the order --help shows them.
 _HELP_ORDER = ('data', 'run', 'execution', 'leave_one_out', 'random_split',
-               'training', 'local_sgd', 'embedding', 'score_layers',
-               'base_model', 'exchange', 'tiers', 'tier_models', 'hetefedrec')
+               'training', 'local_sgd', 'user_embedding', 'embedding',
+               'score_layers', 'base_model', 'exchange', 'tiers',
+               'tier_models', 'hetefedrec', 'apfr_gkd', 'fedrap')
 
 
 def help_text(method: Optional[str] = None) -> str:

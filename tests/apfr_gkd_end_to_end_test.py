@@ -19,9 +19,10 @@ from tff_fedrec.programs import training_program
 _summary = program_test_utils.read_summary
 _metrics = program_test_utils.read_metrics
 
+# No --hidden_units: APFR-GKD's own score MLP (one hidden layer of 32).
 _SMALL_RUN = [
     '--dataset=synthetic', '--synthetic_users=40', '--synthetic_items=400',
-    '--num_eval_negatives=20', '--embedding_dim=8', '--hidden_units=8',
+    '--num_eval_negatives=20', '--embedding_dim=8',
     '--item_learning_rate=50', '--local_epochs=2',
 ]
 
@@ -106,6 +107,9 @@ def test_exported_user_models_score_as_the_training_side(mode_runs,
     ['--method=apfr_gkd_dual', '--student_start=latest_aggregate'],
     ['--method=apfr_gkd_no_buffer'],
     ['--method=apfr_gkd_no_kd'],
+    ['--method=apfr_gkd', '--client_start=own_model', '--user_learning_rate=2'],
+    ['--method=apfr_gkd_dual', '--client_start=own_model',
+     '--client_fraction=0.5'],
 ], ids=lambda flags: ' '.join(f.lstrip('-') for f in flags))
 def test_two_rounds_of_each_variant(tmp_path, method_flags):
   root_dir = str(tmp_path / 'run')
@@ -115,7 +119,15 @@ def test_two_rounds_of_each_variant(tmp_path, method_flags):
   assert summary['method'] == name
   assert summary['rounds_completed'] == 2
   config = summary['config']
-  if name == 'apfr_gkd':
+  # --hidden_units unset: the builder's one hidden layer of 32, not none.
+  assert config['hidden_units'] == [32]
+  own_model = '--client_start=own_model' in method_flags
+  assert config['client_start'] == ('own_model' if own_model else 'download')
+  if own_model:
+    # One model down (the teacher) and the rows trained up: as Unary's
+    # download; the student start is not taken.
+    assert config['student_start'] is None
+  if name == 'apfr_gkd' and not own_model:
     # Any P >= a threshold of 0: the adapter chooses Dual.
     assert summary['heterogeneity']['chosen_by'] == 'adapter'
     assert summary['personalization'] == 'dual'
@@ -145,10 +157,18 @@ def test_an_ablation_refuses_a_personalization_it_does_not_run(tmp_path):
   assert not os.path.exists(os.path.join(root_dir, 'checkpoints'))
 
 
-def test_stopped_and_resumed_dual_run_equals_an_uninterrupted_one(tmp_path):
+@pytest.mark.parametrize('method_flags', [
+    ['--method=apfr_gkd_dual'],
+    # Each client's own model (merged rows in the store), half the users a
+    # round: clients never selected and stale ones across the checkpoint.
+    ['--method=apfr_gkd_unary', '--client_start=own_model',
+     '--client_fraction=0.5'],
+], ids=['dual', 'own_model'])
+def test_stopped_and_resumed_run_equals_an_uninterrupted_one(tmp_path,
+                                                              method_flags):
   # The buffer (server state) and the users' models (client state) are in
   # the checkpoint: rounds 3-4 after a resume see the same teacher.
-  args = ['--method=apfr_gkd_dual', *_SMALL_RUN, '--checkpoint_every=1']
+  args = [*method_flags, *_SMALL_RUN, '--checkpoint_every=1']
   whole, parts = str(tmp_path / 'whole'), str(tmp_path / 'parts')
   _train(whole, [*args, '--rounds=4'])
   _train(parts, [*args, '--rounds=2'])
@@ -156,9 +176,11 @@ def test_stopped_and_resumed_dual_run_equals_an_uninterrupted_one(tmp_path):
   assert 'Resumed from checkpoint' in resumed
   want, got = _metrics(whole), _metrics(parts)
   assert [r['round'] for r in got] == ['0', '1', '2', '3']
+  keys = ['train_loss', 'val_hr_at_10', 'test_ndcg_at_10']
+  if '--method=apfr_gkd_dual' in method_flags:
+    keys.append('dual_phase_train_loss')
   for a, b in zip(want, got):
-    for key in ('train_loss', 'dual_phase_train_loss', 'val_hr_at_10',
-                'test_ndcg_at_10'):
+    for key in keys:
       assert float(b[key]) == pytest.approx(float(a[key]), abs=1e-6)
   assert _summary(parts)['test'] == pytest.approx(_summary(whole)['test'],
                                                   abs=1e-6)

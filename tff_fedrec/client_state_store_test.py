@@ -508,3 +508,62 @@ def test_from_partitions_rejects_users_missing_or_twice():
   with pytest.raises(ValueError, match='Every user'):
     client_state_store.ClientStateStore.from_partitions(
         3, [(np.array([0, 1]), {'w': np.zeros([2])})])
+
+
+def _own_table_store():
+  """Three users of a 6-item table of width 2, rows i = [i, 10 i]."""
+  table = np.stack([np.arange(6), 10 * np.arange(6)], 1).astype(np.float32)
+  initial = collections.OrderedDict(
+      local_parameters=collections.OrderedDict(
+          user=np.zeros([2], np.float32)),
+      personal_item_ids=np.zeros([0], np.int32),
+      personal_item_rows=np.zeros([0, 2], np.float32),
+  )
+  return client_state_store.OwnTableStore(3, initial, table), table
+
+
+def _round_state(ids, rows):
+  """A group's round as the client work returns it, padded with 99s."""
+  width = max(len(i) for i in ids)
+  padded_ids = np.zeros([len(ids), width], np.int32)
+  padded_rows = np.full([len(ids), width, 2], 99.0, np.float32)
+  for u, (user_ids, user_rows) in enumerate(zip(ids, rows)):
+    padded_ids[u, : len(user_ids)] = user_ids
+    padded_rows[u, : len(user_ids)] = user_rows
+  return collections.OrderedDict(
+      local_parameters=collections.OrderedDict(
+          user=np.ones([len(ids), 2], np.float32)),
+      personal_item_ids=padded_ids, personal_item_rows=padded_rows,
+  ), np.array([len(i) for i in ids])
+
+
+def test_own_tables_merge_rounds_over_the_initial_table():
+  store, table = _own_table_store()
+  # Round 1: user 0 trains items 1 and 4, user 2 item 5.
+  state, counts = _round_state([[1, 4], [5]],
+                               [np.full([2, 2], -1.0), np.full([1, 2], -2.0)])
+  store.put_group(np.array([0, 2]), state, counts)
+  # Round 2: user 0 trains items 0 and 4: item 4's row is replaced, item 1's
+  # kept as it was.
+  state, counts = _round_state([[0, 4]], [np.full([2, 2], -3.0)])
+  store.put_group(np.array([0]), state, counts)
+
+  vectors = store.table_vectors(np.arange(3), np.tile(np.arange(6), [3, 1]))
+  expected = np.repeat(table[None], 3, axis=0)
+  expected[0, [0, 4]] = -3.0
+  expected[0, 1] = -1.0
+  expected[2, 5] = -2.0
+  np.testing.assert_array_equal(vectors, expected)
+  (user0,) = store.get([0])
+  np.testing.assert_array_equal(user0['personal_item_ids'], [0, 1, 4])
+  # The item vectors of scoring read the same rows over any base table.
+  np.testing.assert_array_equal(
+      store.item_vectors(np.array([0]), np.arange(6)[None], table)[0],
+      expected[0])
+
+  restored, _ = _own_table_store()
+  restored.load_arrays(store.to_arrays())
+  np.testing.assert_array_equal(
+      restored.table_vectors(np.arange(3), np.tile(np.arange(6), [3, 1])),
+      vectors)
+  assert restored.bytes_per_user() == store.bytes_per_user()

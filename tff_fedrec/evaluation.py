@@ -21,8 +21,33 @@ from tff_fedrec import models
 
 # A user's own copy of shared score layers, as its last training left them
 # (`local_item_training.ClientTrainingConfig.keeps_trained_model`): it
-# scores the user in place of the global layers.
+# scores the user in place of the global layers once the user has trained.
 TRAINED_SCORE_LAYERS = 'trained_score_layers'
+# float32, 1 once the user has trained (beside its trained copy): a user
+# never selected has no model of its own and is scored with the global one
+# (APFR-GKD spec 7.11).
+HAS_OWN_MODEL = 'has_own_model'
+
+
+def score_layers_of(local, global_params):
+  """The score layers that score users of local state `local` (leading
+  [U]): where they keep a trained copy (`TRAINED_SCORE_LAYERS`), that copy
+  for a user that has trained and the global layers for one that has not;
+  None where they keep none (their own local or the global layers
+  apply)."""
+  if TRAINED_SCORE_LAYERS not in local:
+    return None
+  trained = tf.nest.map_structure(np.asarray, local[TRAINED_SCORE_LAYERS])
+  if HAS_OWN_MODEL not in local:
+    return trained
+  has_own = np.asarray(local[HAS_OWN_MODEL]) > 0
+  return tf.nest.pack_sequence_as(trained, [
+      np.where(has_own.reshape([-1] + [1] * (mine.ndim - 1)), mine,
+               np.asarray(shared)[None]).astype(mine.dtype)
+      for mine, shared in zip(tf.nest.flatten(trained),
+                              tf.nest.flatten(global_params['score_layers']),
+                              strict=True)
+  ])
 
 
 def score_candidates(
@@ -53,8 +78,9 @@ def score_candidates(
     params = dict(shared)
     local = store.stacked_local_parameters(users[rows])
     params.update((k, local[k]) for k in spec.local_keys)
-    if TRAINED_SCORE_LAYERS in local:
-      params['score_layers'] = local[TRAINED_SCORE_LAYERS]
+    layers = score_layers_of(local, global_params)
+    if layers is not None:
+      params['score_layers'] = layers
     vectors = item_vectors(users[rows], candidates[rows])
     scores[rows] = models.logits_from_vectors(
         spec, params, tf.constant(vectors)

@@ -12,6 +12,11 @@ and the joint update of the FedMF / FedNCF / FedRecon baselines:
 The loss is Eq. (7), the binary cross-entropy, averaged over the batch as the
 reference code's `BCELoss` does. The item embedding has its own learning rate:
 the reference code uses lr * num_items * 80 for it (docs/methods/pfedrec.md).
+The user embedding may have its own too (`user_learning_rate`): every
+example of a batch reaches p_u while an item row sees a few, so under the
+mean-reduced loss p_u's gradient is one example's size and an item row's a
+B-th of it; at the shared rate p_u barely moves (APFR-GKD,
+docs/results/apfr_gkd.md).
 
 Item rows are updated sparsely: only the rows of the batch's items change
 (duplicates accumulate, as PyTorch's embedding gradient does). With
@@ -92,12 +97,14 @@ def _sgd_step(
     item_learning_rate: float,
     item_gradient_maps=None,
     distillation=None,
+    user_learning_rate: Optional[float] = None,
 ):
   """One SGD step of every user on `params[k]`, k in `keys`.
 
   Returns (params, per-user losses [U]). The users' losses depend on their
   own parameters only, so the gradient of their sum is each user's gradient.
   `item_gradient_maps` (float32 [U, d, d] or None): see the module docstring.
+  `user_learning_rate`: the step of `user_embedding` (None: learning_rate).
   """
   rows = tf.gather(params['item_embedding'], batch_items, batch_dims=1)
   dense_keys = [k for k in keys if k != 'item_embedding']
@@ -112,8 +119,11 @@ def _sgd_step(
   dense_grads, row_grads = tape.gradient(total, (watched, rows))
   updated = dict(params)
   for key, value, grad in zip(dense_keys, watched, dense_grads):
+    rate = learning_rate
+    if key == 'user_embedding' and user_learning_rate is not None:
+      rate = user_learning_rate
     updated[key] = tf.nest.map_structure(
-        lambda v, g: v - learning_rate * g, value, grad
+        lambda v, g, rate=rate: v - rate * g, value, grad
     )
   if 'item_embedding' in keys:
     if item_gradient_maps is not None:
@@ -172,6 +182,7 @@ def train_users_locally(
     item_gradient_maps: Optional[tf.Tensor] = None,
     distillation: Optional[Distillation] = None,
     first_keys: Optional[tuple[str, ...]] = None,
+    user_learning_rate: Optional[float] = None,
 ) -> LocalTrainingResult:
   """Runs `local_epochs` epochs of minibatch SGD for U users at once.
 
@@ -194,6 +205,8 @@ def train_users_locally(
       each batch (default the client-local ones, PFedRec's lines 8-9); the
       second steps the others. APFR-GKD's Dual phase steps the user
       embedding and the shared score layers first, then the item rows.
+    user_learning_rate: The SGD step of `user_embedding`; None means
+      `learning_rate` (module docstring).
 
   Returns:
     `LocalTrainingResult(parameters, loss_sum [U], num_examples [U])`;
@@ -223,7 +236,7 @@ def train_users_locally(
       step = lambda params, keys: _sgd_step(
           spec, params, batch_items, batch_labels, mask, keys,
           learning_rate, item_learning_rate, item_gradient_maps,
-          batch_distillation,
+          batch_distillation, user_learning_rate,
       )
       if alternating and first_keys:
         params, _ = step(params, first_keys)
@@ -253,6 +266,7 @@ def train_locally(
     item_gradient_map: Optional[tf.Tensor] = None,
     distillation: Optional[Distillation] = None,
     first_keys: Optional[tuple[str, ...]] = None,
+    user_learning_rate: Optional[float] = None,
 ) -> LocalTrainingResult:
   """One client's local training: `train_users_locally` with U = 1.
 
@@ -289,5 +303,6 @@ def train_locally(
           )
       ),
       first_keys=first_keys,
+      user_learning_rate=user_learning_rate,
   )
   return tf.nest.map_structure(lambda t: t[0], result)

@@ -95,9 +95,11 @@ def _reference_train(
     spec, params, items, labels, *, batch_size, local_epochs, learning_rate,
     item_learning_rate, alternating, shuffle_seed, teacher_logits=None,
     kd_weight=0.0, tau=1.0, kind='binary', first_keys=None,
+    user_learning_rate=None,
 ):
   """Algorithm 1, ClientUpdate lines 5-11 (alternating) or joint SGD; with
-  `teacher_logits` [n] the loss adds kd_weight * `_reference_kd`."""
+  `teacher_logits` [n] the loss adds kd_weight * `_reference_kd`; the user
+  embedding steps at `user_learning_rate` if given."""
   variables = tf.nest.map_structure(tf.Variable, params)
   # The declaration (models_test checks it): item embedding global, user
   # embedding local, score layers local iff personal.
@@ -123,6 +125,9 @@ def _reference_train(
           if variable is variables['item_embedding']
           else learning_rate
       )
+      if (user_learning_rate is not None
+          and variable is variables.get('user_embedding')):
+        rate = user_learning_rate
       # Densified: duplicate rows sum, absent rows get exactly 0.
       variable.assign_sub(rate * tf.convert_to_tensor(grad))
     return float(loss)
@@ -557,3 +562,31 @@ def test_alternating_with_first_keys_steps_those_first():
   default_order = _train(spec, params, alternating=True)
   assert np.abs(np.asarray(default_order.parameters['item_embedding'])
                 - expected['item_embedding']).max() > 1e-4
+
+
+@pytest.mark.parametrize('alternating', [True, False])
+@pytest.mark.parametrize(
+    'spec_name', ['matrix_factorization', 'neural_cf_global_mlp'])
+def test_user_learning_rate_steps_the_user_embedding_only(spec_name,
+                                                          alternating):
+  spec = _SPECS[spec_name]
+  params = _initial_params(spec)
+  user_rate = 2.0
+  result = _train(spec, params, alternating=alternating, local_epochs=2,
+                  user_learning_rate=user_rate)
+  expected, _ = _reference_train(
+      spec, params, _ITEMS, _LABELS, batch_size=_BATCH_SIZE, local_epochs=2,
+      learning_rate=_LEARNING_RATE, item_learning_rate=_ITEM_LEARNING_RATE,
+      alternating=alternating, shuffle_seed=np.array([1, 2], np.int64),
+      user_learning_rate=user_rate,
+  )
+  _assert_params_close(result.parameters, expected)
+  # The user embedding's rate is not the MLP's (nor the items'): at the
+  # shared rate the result differs.
+  shared, _ = _reference_train(
+      spec, params, _ITEMS, _LABELS, batch_size=_BATCH_SIZE, local_epochs=2,
+      learning_rate=_LEARNING_RATE, item_learning_rate=_ITEM_LEARNING_RATE,
+      alternating=alternating, shuffle_seed=np.array([1, 2], np.int64),
+  )
+  assert np.abs(np.asarray(result.parameters['user_embedding'])
+                - shared['user_embedding']).max() > 1e-3

@@ -27,11 +27,22 @@ BUFFER_SIZE = flags.DEFINE_integer(
     'APFR-GKD: M, the aggregated global models averaged into the teacher '
     '(Eq. 6; FedGKD\'s 5).',
 )
+CLIENT_START = flags.DEFINE_enum(
+    'client_start', None, list(local_item_training.CLIENT_STARTS),
+    'APFR-GKD: where a client\'s local training starts each round (the two '
+    'readings of Algorithm 1). download (default): the global model it '
+    'downloads, keeping its user embedding; own_model: its own model as its '
+    'last training left it (every item row it ever trained, its own score '
+    'MLP), the global model reaching it only as the distillation teacher. '
+    'own_model reaches Table 2 under the papers\' negative pool and '
+    'generalises worse (docs/results/apfr_gkd.md).',
+)
 STUDENT_START = flags.DEFINE_enum(
-    'student_start', 'buffer_average', list(finalizers.BUFFER_STUDENT_STARTS),
-    'APFR-GKD: clients train from the buffer\'s average (Algorithm 1, the '
-    'teacher itself) or from the latest aggregate, the average being the '
-    'teacher only (FedGKD; the teacher is then a second download).',
+    'student_start', None, list(finalizers.BUFFER_STUDENT_STARTS),
+    'APFR-GKD with --client_start=download: clients train from the buffer\'s '
+    'average (buffer_average, the default: Algorithm 1, the teacher itself) '
+    'or from the latest aggregate, the average being the teacher only '
+    '(FedGKD; the teacher is then a second download).',
 )
 DISTILLATION_WEIGHT = flags.DEFINE_float(
     'distillation_weight', 0.1, 'APFR-GKD: mu of Eq. 8 (FedGKD\'s 0.1).'
@@ -49,6 +60,11 @@ DISTILLATION = flags.DEFINE_enum(
 
 def _check(entry) -> None:
   del entry
+  if CLIENT_START.value == 'own_model' and STUDENT_START.value is not None:
+    raise group.FlagError(
+        '--student_start sets what a client trains from after a download; '
+        'with --client_start=own_model it trains from its own model. Drop '
+        '--student_start.')
   group.require_positive(BUFFER_SIZE)
   group.require_finite(HETEROGENEITY_THRESHOLD)
   group.require_finite(TEMPERATURE, positive=True)
@@ -65,19 +81,22 @@ def _arguments(context: group.BuildContext) -> dict:
       'personalization': PERSONALIZATION.value,
       'heterogeneity_threshold': HETEROGENEITY_THRESHOLD.value,
       'buffer_size': BUFFER_SIZE.value,
-      'student_start': STUDENT_START.value,
-      'training': {'distillation': local_item_training.DistillationOptions(
-          weight=DISTILLATION_WEIGHT.value, temperature=TEMPERATURE.value,
-          kind=DISTILLATION.value,
-      )},
+      **group.given_fields((STUDENT_START, 'student_start')),
+      'training': {
+          'distillation': local_item_training.DistillationOptions(
+              weight=DISTILLATION_WEIGHT.value,
+              temperature=TEMPERATURE.value, kind=DISTILLATION.value,
+          ),
+          **group.given_fields((CLIENT_START, 'client_start')),
+      },
   }
 
 
 GROUPS = (
     group.FlagGroup(
         'apfr_gkd', 'APFR-GKD\'s adapter, buffer and distillation',
-        (PERSONALIZATION, HETEROGENEITY_THRESHOLD, BUFFER_SIZE, STUDENT_START,
-         DISTILLATION_WEIGHT, TEMPERATURE, DISTILLATION),
+        (PERSONALIZATION, CLIENT_START, HETEROGENEITY_THRESHOLD, BUFFER_SIZE,
+         STUDENT_START, DISTILLATION_WEIGHT, TEMPERATURE, DISTILLATION),
         _arguments, _check,
     ),
 )

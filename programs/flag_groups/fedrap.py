@@ -1,8 +1,8 @@
 """Flags of FedRAP (group `fedrap`, Li et al., ICLR 2024).
 
 FedRAP also takes the groups `training` (--learning_rate is its lr_network,
-the affine layer's SGD step; --local_epochs, which defaults to 1 in the
-binary: the presets set the reference code's 10) and `embedding`. Its item
+the affine layer's SGD step; --local_epochs, the reference code's 10 when
+not given) and `embedding`. Its item
 tables' learning rate and its batch size are its own flags: the
 `local_sgd` group's --item_learning_rate defaults to PFedRec's
 lr * |I| * 80, which means nothing here. A flag left unset keeps the

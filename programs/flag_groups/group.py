@@ -63,6 +63,15 @@ class FlagGroup:
     return changed_flags(self.holders)
 
 
+def given_fields(*pairs) -> dict:
+  """{field: flag value} of the (holder, field) pairs whose flag has a
+  value: a flag whose default is None passes nothing unless given, so the
+  builder's own default applies, and run.flags (which records every flag
+  with a value) rebuilds the same method."""
+  return {field: holder.value for holder, field in pairs
+          if holder.value is not None}
+
+
 def changed_flags(holders) -> list:
   """The flags among `holders` given a value other than their default."""
   return [h for h in holders if h.value != flags.FLAGS[h.name].default]

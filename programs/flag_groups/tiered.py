@@ -31,10 +31,9 @@ USER_OPTIMIZER = flags.DEFINE_enum(
     'How a client moves its private user embedding: sgd is HeteFedRec\'s '
     'Eq. 3; adam keeps Adam moments in the client state.',
 )
-USER_LR = flags.DEFINE_float(
-    'user_learning_rate', 0.001,
-    'Learning rate of the private user embedding.',
-)
+# The private user embedding's rate is the shared flag of group
+# `user_embedding`.
+USER_LR = training.USER_LEARNING_RATE
 UPDATE_RULE = flags.DEFINE_enum(
     'update_rule', 'server_adam', ['server_adam', 'local_adam'],
     'server_adam: each client uploads one gradient of its data and the '
@@ -135,7 +134,7 @@ def _check_hetefedrec(entry) -> None:
           'aggregates gradients. Add --update_rule=local_adam or drop the '
           'flag.'
       )
-    if training.LOCAL_EPOCHS.value != 1:
+    if training.LOCAL_EPOCHS.value not in (None, 1):
       raise group.FlagError(
           f'--local_epochs does not apply to --method={entry.name} '
           'without --update_rule=local_adam: a client takes one gradient of '
@@ -155,7 +154,7 @@ def _check_hetefedrec(entry) -> None:
     raise group.FlagError(
         f'--distillation_items must be >= 0; got {DISTILLATION_ITEMS.value}.'
     )
-  group.require_finite(USER_LR, DISTILLATION_LR, positive=True)
+  group.require_finite(DISTILLATION_LR, positive=True)
   group.require_finite(DECORRELATION_WEIGHT)
   if DECORRELATION_WEIGHT.value < 0:
     raise group.FlagError(
@@ -171,7 +170,6 @@ def _hetefedrec(context: group.BuildContext) -> dict:
       'distillation_items': DISTILLATION_ITEMS.value,
       'distillation_learning_rate': DISTILLATION_LR.value,
       'user_optimizer': USER_OPTIMIZER.value,
-      'user_learning_rate': USER_LR.value,
       'update_rule': UPDATE_RULE.value,
       'local_batch_size': LOCAL_BATCH_SIZE.value,
       'validation_fraction': LOCAL_VALIDATION.value,
@@ -189,7 +187,7 @@ GROUPS = (
     ),
     group.FlagGroup(
         'hetefedrec', 'HeteFedRec\'s training rule',
-        (USER_OPTIMIZER, USER_LR, UPDATE_RULE, LOCAL_VALIDATION,
+        (USER_OPTIMIZER, UPDATE_RULE, LOCAL_VALIDATION,
          LOCAL_BATCH_SIZE, CHANGE_AGGREGATION, DUAL_TASK, DECORRELATION_WEIGHT,
          DISTILLATION_ITEMS, DISTILLATION_LR),
         _hetefedrec, _check_hetefedrec,

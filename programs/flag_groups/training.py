@@ -1,5 +1,9 @@
 """Flags of local training and of the model (groups `training`,
-`local_sgd`, `embedding`, `score_layers`, `base_model`)."""
+`local_sgd`, `user_embedding`, `embedding`, `score_layers`, `base_model`).
+
+A flag that is not given leaves the method's own default: its value is
+passed to the builder only when given (`group.given`), so a flag's default
+never replaces a builder's (`flag_defaults_test`)."""
 
 from absl import flags
 
@@ -14,7 +18,7 @@ LEARNING_RATE = flags.DEFINE_float(
     'ranker, docs/results/hetefedrec.md).',
 )
 LOCAL_EPOCHS = flags.DEFINE_integer(
-    'local_epochs', 1,
+    'local_epochs', None,
     'Local epochs E. Not given: the method\'s own (1 for PFedRec, FedMF, '
     'FedNCF, FedRecon and the tiered methods, 2 for FedRAS and its '
     'baselines, 10 for APFR-GKD and FedRAP).',
@@ -27,7 +31,15 @@ ITEM_LEARNING_RATE = flags.DEFINE_float(
     'ML-100K).',
 )
 ITEM_LR_ETA = flags.DEFINE_float(
-    'item_lr_eta', 80.0, 'eta of the default --item_learning_rate.'
+    'item_lr_eta', None,
+    'eta of the default --item_learning_rate (the method\'s own: 80, '
+    'PFedRec\'s reference code; 8 for APFR-GKD).',
+)
+USER_LEARNING_RATE = flags.DEFINE_float(
+    'user_learning_rate', None,
+    'Learning rate of the user embedding (methods with one). Default: the '
+    'method\'s own (--learning_rate for the local-SGD methods; 0.001 for '
+    'the tiered methods\' private user embedding).',
 )
 DUAL_PERSONALIZATION = flags.DEFINE_bool(
     'dual_personalization', None,
@@ -43,10 +55,11 @@ UNTRAINED_ITEM_ROWS = flags.DEFINE_enum(
 )
 EMBEDDING_DIM = flags.DEFINE_integer('embedding_dim', 32, 'Embedding size.')
 HIDDEN_UNITS = flags.DEFINE_list(
-    'hidden_units', [],
-    'Hidden layers of the score function (PFedRec: empty = one dense layer, '
-    'as in the paper), of the NCF MLP (empty = 32,16,8; FedRAS: 64,32,16) '
-    'or of the tiered methods\' scorer (empty = 8,8).',
+    'hidden_units', None,
+    'Hidden layers of the score function, e.g. 32,16; given empty '
+    '(--hidden_units=), none: one dense layer. Not given: the method\'s own '
+    '(PFedRec: none, as in the paper; FedNCF: 32,16,8; FedRAS\'s NCF: '
+    '64,32,16; APFR-GKD: 32; the tiered methods\' scorer: 8,8).',
 )
 MODEL = flags.DEFINE_enum(
     'model', None, ['mf', 'ncf', 'lightgcn'],
@@ -63,44 +76,58 @@ def _check_training(entry) -> None:
 
 
 def _training(context: group.BuildContext) -> dict:
-  fields = {}
-  if flags.FLAGS[LOCAL_EPOCHS.name].present:
-    fields['local_epochs'] = LOCAL_EPOCHS.value
-  if LEARNING_RATE.value is not None:
-    fields['learning_rate'] = LEARNING_RATE.value
   del context
-  return {'training': fields}
+  return {'training': group.given_fields(
+      (LOCAL_EPOCHS, 'local_epochs'), (LEARNING_RATE, 'learning_rate'))}
 
 
 def _check_local_sgd(entry) -> None:
   del entry
   group.require_positive(BATCH_SIZE)
   group.require_finite(ITEM_LEARNING_RATE, ITEM_LR_ETA, positive=True)
+  if ITEM_LEARNING_RATE.value is not None and ITEM_LR_ETA.value is not None:
+    raise group.FlagError(
+        '--item_lr_eta sets the default of --item_learning_rate; give one '
+        'of them.')
 
 
 def _local_sgd(context: group.BuildContext) -> dict:
-  fields = {'batch_size': BATCH_SIZE.value}
-  if DUAL_PERSONALIZATION.value is not None:
-    fields['dual_personalization'] = DUAL_PERSONALIZATION.value
-  fields['untrained_item_rows'] = UNTRAINED_ITEM_ROWS.value
-  item_learning_rate = ITEM_LEARNING_RATE.value
-  if item_learning_rate is None:
-    learning_rate = LEARNING_RATE.value
-    if learning_rate is None:
-      learning_rate = context.entry.default('training').learning_rate
-    item_learning_rate = (
-        learning_rate * context.data.num_items * ITEM_LR_ETA.value
-    )
-  fields['item_learning_rate'] = item_learning_rate
-  return {'training': fields}
+  del context
+  return {'training': group.given_fields(
+      (BATCH_SIZE, 'batch_size'),
+      (DUAL_PERSONALIZATION, 'dual_personalization'),
+      (UNTRAINED_ITEM_ROWS, 'untrained_item_rows'),
+      (ITEM_LEARNING_RATE, 'item_learning_rate'),
+      (ITEM_LR_ETA, 'item_lr_eta'),
+  )}
+
+
+def _check_user_embedding(entry) -> None:
+  del entry
+  group.require_finite(USER_LEARNING_RATE, positive=True)
+
+
+def _user_embedding(context: group.BuildContext) -> dict:
+  del context
+  return {'training': group.given_fields(
+      (USER_LEARNING_RATE, 'user_learning_rate'))}
 
 
 def _embedding(context: group.BuildContext) -> dict:
   del context
-  return {'embedding_dim': EMBEDDING_DIM.value}
+  return group.given_fields((EMBEDDING_DIM, 'embedding_dim'))
 
 
-def hidden_units() -> tuple[int, ...]:
+def _score_layers(context: group.BuildContext) -> dict:
+  del context
+  units = hidden_units()
+  return {} if units is None else {'hidden_units': units}
+
+
+def hidden_units() -> tuple[int, ...] | None:
+  """--hidden_units as integers; None when not given."""
+  if HIDDEN_UNITS.value is None:
+    return None
   try:
     units = tuple(int(u) for u in HIDDEN_UNITS.value)
   except ValueError:
@@ -132,13 +159,16 @@ GROUPS = (
         _local_sgd, _check_local_sgd,
     ),
     group.FlagGroup(
+        'user_embedding', 'the user embedding\'s learning rate',
+        (USER_LEARNING_RATE,), _user_embedding, _check_user_embedding,
+    ),
+    group.FlagGroup(
         'embedding', 'the embedding width', (EMBEDDING_DIM,), _embedding,
         lambda entry: group.require_positive(EMBEDDING_DIM),
     ),
     group.FlagGroup(
         'score_layers', 'the score function\'s layers', (HIDDEN_UNITS,),
-        lambda context: {'hidden_units': hidden_units()},
-        lambda entry: hidden_units(),
+        _score_layers, lambda entry: hidden_units(),
     ),
     group.FlagGroup(
         'base_model', 'the base model of FedRAS and the tiered methods',

@@ -217,7 +217,11 @@ def build_fedrecon(
     raise ValueError('FedRecon aggregates only the item embedding.')
   if training.local_epochs != 1:
     raise ValueError('fedrecon runs one local epoch per round.')
+  if training.user_learning_rate is not None:
+    raise ValueError('FedRecon reconstructs p_u at --learning_rate; drop '
+                     '--user_learning_rate.')
   num_items = data.num_items
+  training = training.for_items(num_items)
   spec = models.RecommenderSpec('matrix_factorization', num_items, embedding_dim)
   params = models.initial_parameters(spec, seed)
   input_spec = collections.OrderedDict(

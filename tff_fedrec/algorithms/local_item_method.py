@@ -91,8 +91,13 @@ def on_device_user_model(
       store.stacked_local_parameters(np.array([user])),
   )
   params = collections.OrderedDict(item_embedding=np.asarray(item_table))
-  if evaluation.TRAINED_SCORE_LAYERS in local:
-    params['score_layers'] = _numpy(local[evaluation.TRAINED_SCORE_LAYERS])
+  trained_layers = evaluation.score_layers_of(
+      tf.nest.map_structure(lambda leaf: np.asarray(leaf)[None], local),
+      global_params,
+  )
+  if trained_layers is not None:
+    params['score_layers'] = tf.nest.map_structure(
+        lambda leaf: leaf[0], trained_layers)
   elif spec.has_score_layers:
     source = local if 'score_layers' in spec.local_keys else global_params
     params['score_layers'] = _numpy(source['score_layers'])
@@ -119,17 +124,18 @@ class ItemTableMethod(method.Method):
 
   def user_item_vectors(self, server_state, store, users, items):
     """Each of `users`' item vectors for `items` [U, C]: [U, C, d]."""
+    table = np.asarray(self.global_parameters(server_state)['item_embedding'])
     return store.item_vectors(
-        users, items,
-        np.asarray(self.global_parameters(server_state)['item_embedding']),
-        start_vectors=self._start_vectors(store, users, items),
+        users, items, table,
+        start_vectors=self._start_vectors(store, users, items, table),
     )
 
-  def _start_vectors(self, store, users, items) -> Optional[np.ndarray]:
+  def _start_vectors(self, store, users, items,
+                     global_table) -> Optional[np.ndarray]:
     """The rows under users' personal rows if the method keeps them itself
     ([U, C, d]); None: the store's recorded start tables, else the global
-    table."""
-    del store, users, items
+    table `global_table` [N, d]."""
+    del store, users, items, global_table
     return None
 
   def score(self, server_state, store, users, candidates=None):
@@ -197,6 +203,11 @@ class LocalItemMethod(ItemTableMethod):
     )
 
   def initial_store(self) -> client_state_store.ClientStateStore:
+    if self.training.starts_from_own_model:
+      return client_state_store.OwnTableStore(
+          self.num_users, self.initial_client_state,
+          self.initial_parameters['item_embedding'],
+      )
     return client_state_store.ClientStateStore(
         self.num_users, self.initial_client_state
     )
@@ -206,9 +217,13 @@ class LocalItemMethod(ItemTableMethod):
     """Where the rows a user did not fine-tune come from when it is scored:
     'client_copy' (the copy of the table it started its last round from,
     under an exchange that keeps one), 'recorded_start_table' (the store
-    keeps the table each user last started from), or 'global_table' (the
-    table after the latest aggregation: `untrained_item_rows=aggregated`,
-    or no personal rows)."""
+    keeps the table each user last started from), 'initial_table' (each
+    user keeps its own model, `client_start=own_model`: the rows it never
+    trained are the initial table's; a user that never trained is scored
+    with the global model), or 'global_table' (the table after the latest
+    aggregation: `untrained_item_rows=aggregated`, or no personal rows)."""
+    if self.training.starts_from_own_model:
+      return 'initial_table'
     if not (self.training.keeps_personal_rows
             and self.training.untrained_item_rows == 'round_start'):
       return 'global_table'
@@ -216,11 +231,18 @@ class LocalItemMethod(ItemTableMethod):
       return 'client_copy'
     return 'recorded_start_table'
 
-  def _start_vectors(self, store, users, items):
-    if self.untrained_rows_from != 'client_copy':
-      return None
-    copies = store.stacked_local_parameters(users)['item_copy']
-    return np.take_along_axis(copies, items[..., None], axis=1)
+  def _start_vectors(self, store, users, items, global_table):
+    source = self.untrained_rows_from
+    if source == 'client_copy':
+      copies = store.stacked_local_parameters(users)['item_copy']
+      return np.take_along_axis(copies, items[..., None], axis=1)
+    if source == 'initial_table':
+      has_own = np.asarray(store.stacked_local_parameters(users)[
+          evaluation.HAS_OWN_MODEL]) > 0
+      return np.where(has_own[:, None, None],
+                      self.initial_parameters['item_embedding'][items],
+                      global_table[items])
+    return None
 
   def run_round(self, server_state, store, round_input, *,
                 users_per_client: int = 1) -> method.RoundResult:
@@ -250,6 +272,9 @@ class LocalItemMethod(ItemTableMethod):
       )
       for key, values in fields.items():
         data[key] = values[positions]
+      if self.training.starts_from_own_model:
+        data[local_item_training.OWN_ROWS] = store.table_vectors(
+            users[positions], data['row_ids'])
       return data
 
     server_state, metrics = user_groups.run_round(
@@ -298,6 +323,7 @@ def build_method(
       num_items=spec.num_items, embedding_dim=spec.embedding_dim, seed=seed,
       user_tiers=data.user_tiers,
   )
+  training = training.for_items(spec.num_items)
   params = models.initial_parameters(spec, seed)
   return LocalItemMethod(
       spec=spec,

@@ -13,7 +13,10 @@ exchange, FedRAS and its compression baselines are one process:
                only the T rows of the items in the user's data (Sec. 4.3,
                "Efficient on-device update"), so no client operation
                touches the whole [N, d] table; the rows start from the
-               broadcast table or the client's own copy (the exchange);
+               broadcast table or the client's own copy (the exchange),
+               or, with `client_start='own_model'`, from the client's own
+               model (its rows, which the program's store keeps, come in
+               its data; APFR-GKD);
   aggregator   `aggregators.keyed.KeyedFactory(item=the exchange's
                factory, dense=tff.aggregators.MeanFactory())`, weighted by
                the users of each TFF client;
@@ -31,14 +34,18 @@ Types (`composer` gives S and M):
   L = the users' client-local parameters (score function, user
       embedding), leading dim [U], plus the exchange's state (FedRAS:
       item_copy [U, N, d], synced_round [U]) and, with
-      `keeps_trained_model`, trained_score_layers (APFR-GKD)
+      `keeps_trained_model`, trained_score_layers and has_own_model [U]
+      (APFR-GKD)
   C = <local_parameters: L, personal_item_ids int32[U, T],
        personal_item_rows float32[U, T, d]> (T = 0 unless the users keep
        their trained rows: dual personalization or `keeps_trained_model`),
        what the program stores per user; only L goes into `next`: a round
        starts from the global item rows (Algorithm 1, ClientUpdate line 1),
-       so last round's fine-tuned rows are read only for inference
-  D = `client_data_type(exchange)` (see `templates.user_groups`)
+       so last round's fine-tuned rows are read only for inference; with
+       `client_start='own_model'` the store merges them into the user's
+       own table (`client_state_store.OwnTableStore`), whose rows of the
+       round's items come back in D
+  D = `client_data_type(exchange, training)` (see `templates.user_groups`)
   upload = <update=<item, [dense]>, weight=U, metrics=<loss_sum,
             num_examples, exchange's metrics>>
 """
@@ -61,6 +68,9 @@ from tff_fedrec.templates import two_phase
 
 
 UNTRAINED_ITEM_ROWS = ('round_start', 'aggregated')
+CLIENT_STARTS = ('download', 'own_model')
+# The client-data field of a user's own item rows (`client_data_type`).
+OWN_ROWS = 'own_rows'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,8 +104,12 @@ class ClientTrainingConfig:
 
   Attributes:
     learning_rate: SGD step of user embeddings and dense layers.
-    item_learning_rate: SGD step of item embedding rows (the reference
-      code uses learning_rate * num_items * 80, docs/methods/pfedrec.md).
+    item_learning_rate: SGD step of item embedding rows; None means
+      learning_rate * num_items * item_lr_eta, the reference code's rule
+      (docs/methods/pfedrec.md), resolved for the model by `for_items`.
+    item_lr_eta: eta of that rule (PFedRec's reference code: 80).
+    user_learning_rate: SGD step of the user embedding; None means
+      learning_rate (`local_training`).
     batch_size: Minibatch size B.
     local_epochs: Local epochs E.
     dual_personalization: Alternating updates and personal item rows (Sec
@@ -112,26 +126,55 @@ class ClientTrainingConfig:
       score layers, then the item rows).
     keeps_trained_model: Keep each user's trained item rows and, where
       they are shared, its trained score layers (`trained_score_layers`
-      in its local state) to score it with (APFR-GKD: each client's model
-      after its local training is its personalised model).
+      in its local state, with `has_own_model`) to score it with
+      (APFR-GKD: each client's model after its local training is its
+      personalised model).
+    client_start: What a round's local training starts from (CLIENT_STARTS):
+      'download', the global parameters the client received (PFedRec's
+      Algorithm 1, ClientUpdate line 1), or 'own_model', the client's own
+      model as its last training left it (APFR-GKD's Algorithm 1 read as
+      theta_t^i <- theta_{t-1}^i - eta grad: every item row it ever
+      trained, the initial table's rows for the others, its own score
+      layers); needs `keeps_trained_model`.
     distillation: None, or distillation towards the broadcast teacher
       (`distributors.TeacherBroadcast`).
   """
 
   learning_rate: float = 0.1
-  item_learning_rate: float = 0.1 * 1682 * 80
+  item_learning_rate: Optional[float] = None
+  item_lr_eta: float = 80.0
+  user_learning_rate: Optional[float] = None
   batch_size: int = 256
   local_epochs: int = 1
   dual_personalization: bool = True
   untrained_item_rows: str = 'round_start'
   alternating_first_keys: tuple[str, ...] = ()
   keeps_trained_model: bool = False
+  client_start: str = 'download'
   distillation: Optional[DistillationOptions] = None
 
   @property
   def keeps_personal_rows(self) -> bool:
     """Whether users keep the item rows they trained (to be scored by)."""
     return self.dual_personalization or self.keeps_trained_model
+
+  @property
+  def starts_from_own_model(self) -> bool:
+    return self.client_start == 'own_model'
+
+  def for_items(self, num_items: int) -> 'ClientTrainingConfig':
+    """This configuration with `item_learning_rate` resolved for a table
+    of `num_items` rows (given, or the rule of the attribute's docstring).
+
+    Example: the defaults on ML-100K's 1,682 items give 0.1 x 1682 x 80 =
+    13,456.
+    """
+    if self.item_learning_rate is not None:
+      return self
+    return dataclasses.replace(
+        self,
+        item_learning_rate=self.learning_rate * num_items * self.item_lr_eta,
+    )
 
   def __post_init__(self):
     for name in ('batch_size', 'local_epochs'):
@@ -143,11 +186,20 @@ class ClientTrainingConfig:
           f'untrained_item_rows must be one of {UNTRAINED_ITEM_ROWS}; got '
           f'{self.untrained_item_rows!r}.'
       )
+    if self.client_start not in CLIENT_STARTS:
+      raise ValueError(f'client_start must be one of {CLIENT_STARTS}; got '
+                       f'{self.client_start!r}.')
 
 
-def client_data_type(exchange) -> collections.OrderedDict:
+def client_data_type(
+    exchange, training: Optional[ClientTrainingConfig] = None,
+    embedding_dim: Optional[int] = None,
+) -> collections.OrderedDict:
   """D: the data of one TFF client's group of U users (`user_groups`),
-  with each user's bandwidth e_u when the exchange has one."""
+  with each user's bandwidth e_u when the exchange has one, and, when
+  `training` starts from the client's own model, own_rows float32 [U, T,
+  d]: each user's own rows of its compact table (`row_ids`), which the
+  device holds and the simulation keeps in the program's store."""
   data_type = collections.OrderedDict(
       row_ids=tff.TensorType(np.int32, [None, None]),
       num_rows=tff.TensorType(np.int32, [None]),
@@ -158,6 +210,9 @@ def client_data_type(exchange) -> collections.OrderedDict:
   )
   if exchange.uses_bandwidth:
     data_type['bandwidth'] = tff.TensorType(np.int32, [None])
+  if training is not None and training.starts_from_own_model:
+    data_type[OWN_ROWS] = tff.TensorType(
+        np.float32, [None, None, embedding_dim])
   return data_type
 
 
@@ -182,12 +237,16 @@ def initial_local_state(
   """One user's L before its first round (numpy): the server's initial
   local parameters, as in the reference code (Algorithm 1, ServerExecute
   line 1), the exchange's state, and with `training.keeps_trained_model`
-  the shared score layers as they were after its last training."""
+  the shared score layers as they were after its last training and
+  `has_own_model` (0 until it trains: a user never selected is scored
+  with the global model, APFR-GKD spec 7.11)."""
   _, local_params = models.split_parameters(spec, params)
   state = collections.OrderedDict(local_params)
   state.update(exchange.local_state(params['item_embedding']))
   if _keeps_trained_score_layers(spec, training):
     state[evaluation.TRAINED_SCORE_LAYERS] = params['score_layers']
+  if training is not None and training.keeps_trained_model:
+    state[evaluation.HAS_OWN_MODEL] = np.float32(0.0)
   return state
 
 
@@ -235,25 +294,37 @@ def build_client_work(
     broadcast_type: tff.Type,
 ) -> composer.ClientWork:
   """The client work of the module docstring."""
+  training = training.for_items(spec.num_items)
   dense_keys = tuple(k for k in spec.global_keys if k != 'item_embedding')
   local_type = _type_of(
       initial_local_state(spec, initial_params, exchange, training),
       leading=[None],
   )
-  data_type = tff.to_type(client_data_type(exchange))
+  data_type = tff.to_type(
+      client_data_type(exchange, training, spec.embedding_dim))
 
   @tff.tensorflow.computation(broadcast_type, local_type, data_type)
   def client_update(broadcast, local, data):
     num_users = tf.shape(data['num_examples'])[0]
-    global_params = broadcast['global_parameters']
     per_user = lambda v: tf.repeat(tf.expand_dims(v, 0), num_users, axis=0)
-    start = tf.nest.map_structure(
-        per_user,
-        collections.OrderedDict((k, global_params[k]) for k in dense_keys),
-    )
-    start['item_embedding'], kept, exchange_metrics = exchange.start_rows(
-        broadcast, local, data
-    )
+    if training.starts_from_own_model:
+      # The shared dense parameters are the score layers (`models`), whose
+      # own copy is the one its last training left.
+      start = collections.OrderedDict(
+          (k, local[evaluation.TRAINED_SCORE_LAYERS]) for k in dense_keys
+      )
+      start['item_embedding'] = data[OWN_ROWS]
+      kept, exchange_metrics = (collections.OrderedDict(),
+                                collections.OrderedDict())
+    else:
+      global_params = broadcast['global_parameters']
+      start = tf.nest.map_structure(
+          per_user,
+          collections.OrderedDict((k, global_params[k]) for k in dense_keys),
+      )
+      start['item_embedding'], kept, exchange_metrics = exchange.start_rows(
+          broadcast, local, data
+      )
     own = collections.OrderedDict((k, local[k]) for k in spec.local_keys)
     distillation = None
     if training.distillation is not None:
@@ -278,6 +349,7 @@ def build_client_work(
         ),
         distillation=distillation,
         first_keys=training.alternating_first_keys or None,
+        user_learning_rate=training.user_learning_rate,
     )
     new_global, new_local = models.split_parameters(spec, result.parameters)
     trained_rows = new_global['item_embedding']
@@ -303,6 +375,8 @@ def build_client_work(
     new_local.update(kept)
     if _keeps_trained_score_layers(spec, training):
       new_local[evaluation.TRAINED_SCORE_LAYERS] = new_global['score_layers']
+    if training.keeps_trained_model:
+      new_local[evaluation.HAS_OWN_MODEL] = tf.ones([num_users], tf.float32)
     new_state = collections.OrderedDict(
         local_parameters=new_local,
         personal_item_ids=personal_ids,
@@ -318,6 +392,27 @@ def build_client_work(
     )
 
   return composer.ClientWork(client_update)
+
+
+def _check_training(spec, training, exchange) -> None:
+  """ValueError for a training the model or the exchange cannot take."""
+  if training.user_learning_rate is not None and not spec.has_user_embedding:
+    raise ValueError(
+        f'The {spec.architecture} model has no user embedding; drop '
+        '--user_learning_rate.'
+    )
+  if not training.starts_from_own_model:
+    return
+  if not training.keeps_trained_model:
+    raise ValueError('client_start=own_model needs keeps_trained_model: the '
+                     'model a client trains from is the one its last '
+                     'training left.')
+  if exchange.keeps_client_copies:
+    raise ValueError(
+        'client_start=own_model trains from the client\'s own rows; this '
+        'exchange keeps a copy of the server\'s table on every client '
+        'instead. Use the broadcast exchange.'
+    )
 
 
 def build_process(
@@ -349,6 +444,8 @@ def build_process(
     finalizer: None means `finalizers.ApplyDelta`;
       `finalizers.BufferedGlobalModel` keeps APFR-GKD's buffer.
   """
+  training = training.for_items(spec.num_items)
+  _check_training(spec, training, exchange)
   global_init, _ = models.split_parameters(spec, initial_params)
   dense_keys = tuple(k for k in spec.global_keys if k != 'item_embedding')
 

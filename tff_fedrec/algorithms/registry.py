@@ -27,9 +27,10 @@ LEAVE_ONE_OUT = 'leave_one_out'
 RANDOM_SPLIT = 'random_split'
 
 # Groups of the local-SGD methods of PFedRec's paper, FedRAS's, and the
-# tiered ones of HeteFedRec's.
+# tiered ones of HeteFedRec's; `user_embedding` for those with one.
 _LOCAL_SGD = ('training', 'local_sgd', 'embedding')
-_TIERED = ('training', 'tiers', 'tier_models', 'score_layers', 'base_model')
+_TIERED = ('training', 'user_embedding', 'tiers', 'tier_models',
+           'score_layers', 'base_model')
 # Any exchange; FedRAS's tiers of bandwidth need the users' tiers.
 _EXCHANGE = ('exchange', 'tiers')
 
@@ -92,7 +93,8 @@ def _tiered(name, function, **options):
 def _fedras(name, function, exchange, **options):
   return MethodEntry(
       name, f'{_ALGORITHMS}.fedras.methods:{function}', LEAVE_ONE_OUT,
-      _LOCAL_SGD + ('score_layers', 'base_model', 'exchange')
+      _LOCAL_SGD + ('user_embedding', 'score_layers', 'base_model',
+                    'exchange')
       + (('tiers',) if exchange == 'fedras' else ()),
       _FEDRAS, exchange=exchange, **options,
   )
@@ -101,7 +103,7 @@ def _fedras(name, function, exchange, **options):
 def _apfr_gkd(name, ablation=None):
   return MethodEntry(
       name, f'{_ALGORITHMS}.apfr_gkd.method:build_apfr_gkd', LEAVE_ONE_OUT,
-      _LOCAL_SGD + ('score_layers', 'apfr_gkd'),
+      _LOCAL_SGD + ('user_embedding', 'score_layers', 'apfr_gkd'),
       _APFR_GKD + (f', ablation {ablation}' if ablation else ''),
       arguments=(('ablation', ablation),) if ablation else (),
   )
@@ -112,9 +114,11 @@ _ENTRIES = (
                 LEAVE_ONE_OUT, _LOCAL_SGD + ('score_layers', *_EXCHANGE),
                 _PFEDREC),
     MethodEntry('fedmf', f'{_ALGORITHMS}.fedmf:build_fedmf', LEAVE_ONE_OUT,
-                _LOCAL_SGD + _EXCHANGE, f'{_PFEDREC}, baseline'),
+                _LOCAL_SGD + ('user_embedding', *_EXCHANGE),
+                f'{_PFEDREC}, baseline'),
     MethodEntry('fedncf', f'{_ALGORITHMS}.fedncf:build_fedncf',
-                LEAVE_ONE_OUT, _LOCAL_SGD + ('score_layers', *_EXCHANGE),
+                LEAVE_ONE_OUT,
+                _LOCAL_SGD + ('user_embedding', 'score_layers', *_EXCHANGE),
                 f'{_PFEDREC}, baseline'),
     MethodEntry('fedrecon', f'{_ALGORITHMS}.fedrecon:build_fedrecon',
                 LEAVE_ONE_OUT, _LOCAL_SGD, f'{_PFEDREC}, baseline'),

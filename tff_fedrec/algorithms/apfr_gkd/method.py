@@ -4,27 +4,47 @@ Model: FedNCF's (Sec. 3): the user embedding p_i stays on the client, the
 item embedding Q and the score function W ("a single-layer MLP", Sec. 6.3:
 [p_i; q_j] -> Dense(32, ReLU) -> Dense(1), `hidden_units`) are shared.
 
+Where a client's local training starts (`training.client_start`; the two
+readings of Algorithm 1, spec section 9):
+
+  'download'   every round the client's Q and W are the download (Sec.
+               4.2's "replaces the local item embedding with the global");
+               it keeps p_i, and the rows and layers its training left to
+               be scored by;
+  'own_model'  theta_t^i <- theta_{t-1}^i - eta grad (Algorithm 1): the
+               client trains its own model, every item row it ever
+               trained, theta_0's rows for the others, its own W; the
+               buffered global model reaches it only as the distillation
+               teacher (Table 3: "Unary ... only knowledge distillation is
+               used"). It uploads its change, and the server adds the mean
+               change over all users (`aggregators.population_mean`), so
+               the global model is the mean of the client models (Eq. 1,
+               exactly so with every user in the round); the buffer's
+               average is the teacher and what a new user is served.
+
 A round (Algorithm 1, the order of docs/methods/apfr_gkd.md):
 
-  Dual only (P >= epsilon):  the round's clients download Q, W and train on
-      BCE, PFedRec-style (each batch: a step on p_i and W with Q fixed,
-      then a step on Q's rows); the server averages the uploads (Eq. 1),
-      pushes the result into the buffer and replaces it by the buffer's
-      average (Eq. 6; lines 7-10);
-  always (the KD phase):     the clients download Q, W and the teacher
-      (the buffer's average: the global model itself under the default
-      `student_start`), and train p_i, Q, W jointly on BCE + mu tau^2
-      KL(teacher || student) (Eq. 8) for E epochs, the teacher being the
-      downloaded model with the user's own p_i as it was before this
+  Dual only (P >= epsilon):  the round's clients train on BCE,
+      PFedRec-style (each batch: a step on p_i and W with Q fixed, then a
+      step on Q's rows); the server averages the uploads (Eq. 1), pushes
+      the result into the buffer and, under 'download', replaces it by the
+      buffer's average (Eq. 6; lines 7-10);
+  always (the KD phase):     the clients receive the teacher (the
+      buffer's average: the global model itself under 'download' with the
+      default `student_start`), and train p_i, Q, W jointly on BCE + mu
+      tau^2 KL(teacher || student) (Eq. 8) for E epochs, the teacher being
+      the buffered model with the user's own p_i as it was before this
       phase; the server averages, pushes, replaces (lines 12-15).
 
 Both phases are the process of `local_item_training.build_process`, with
 `distributors.TeacherBroadcast` and `finalizers.BufferedGlobalModel` (the
 buffer is server state, so checkpointed); Dual runs two processes of the
 same server state one after the other, two downloads and two uploads a
-round, both counted. Each user keeps p_i and, to be scored by, the item
-rows and score layers its last training left (its personalised model);
-items it did not train are scored by the table it downloaded.
+round, both counted. Each user keeps p_i and, to be scored by, its own
+model: under 'download' the item rows and score layers its last training
+left, the other items scored by the table it downloaded; under
+'own_model' its whole model. A user never selected is scored with the
+global model (spec 7.11).
 
 Example:
   >>> method = build_apfr_gkd(data=run_data, seed=0)
@@ -39,6 +59,7 @@ import tensorflow_federated as tff
 
 from tff_fedrec import heterogeneity
 from tff_fedrec import models
+from tff_fedrec.aggregators import population_mean
 from tff_fedrec.algorithms import exchanges
 from tff_fedrec.algorithms import local_item_method
 from tff_fedrec.algorithms import local_item_training
@@ -57,9 +78,12 @@ ABLATIONS = {
 # The user embedding and the shared score function first, then the item
 # rows: PFedRec's alternation with the score function shared (Sec. 5.2).
 _DUAL_PHASE_FIRST_KEYS = ('user_embedding', 'score_layers')
+# The item rows' rate is a tenth of PFedRec's rule (0.1 x |I| x 8: 1,345.6
+# on ML-100K): with ten local epochs PFedRec's x 80 diverges
+# (docs/results/apfr_gkd.md).
 DEFAULT_TRAINING = local_item_training.ClientTrainingConfig(
     learning_rate=0.1,
-    item_learning_rate=0.1 * 1682 * 8,
+    item_lr_eta=8.0,
     local_epochs=10,
     dual_personalization=False,
     keeps_trained_model=True,
@@ -78,7 +102,9 @@ class APFRGKDMethod(local_item_method.LocalItemMethod):
     heterogeneity: {'p': P, 'threshold': epsilon, 'adapter_mode': what the
       adapter chose, 'chosen_by': 'adapter' or 'flag' or 'ablation'}.
     buffer_size: M.
-    student_start: `finalizers.BUFFER_STUDENT_STARTS`.
+    student_start: `finalizers.BUFFER_STUDENT_STARTS` under
+      `client_start='download'`; None under 'own_model' (the student is
+      the client's own model).
     ablation: None or one of ABLATIONS.
   """
 
@@ -86,8 +112,16 @@ class APFRGKDMethod(local_item_method.LocalItemMethod):
   mode: str = 'unary'
   heterogeneity: dict = dataclasses.field(default_factory=dict)
   buffer_size: int = 5
-  student_start: str = 'buffer_average'
+  student_start: Optional[str] = 'buffer_average'
   ablation: Optional[str] = None
+
+  def global_parameters(self, server_state):
+    """The model the server serves (scores a user never selected, goes to
+    a new phone): under 'own_model' the buffer's average, the teacher it
+    broadcasts; else the global model clients start from."""
+    if self.training.starts_from_own_model:
+      return server_state['finalizer']['teacher']
+    return super().global_parameters(server_state)
 
   def run_round(self, server_state, store, round_input, *,
                 users_per_client: int = 1) -> method.RoundResult:
@@ -102,7 +136,8 @@ class APFRGKDMethod(local_item_method.LocalItemMethod):
         users_per_client=users_per_client,
     )
     if self.student_start == 'latest_aggregate':
-      # The teacher is a second model beside the one trained from.
+      # The teacher is a second model beside the one trained from. (Under
+      # 'own_model' the teacher is the only model a client needs.)
       extra = exchanges.parameter_bytes(
           self.initial_parameters, self.spec.global_keys
       ) * len(round_input.users)
@@ -128,6 +163,7 @@ class APFRGKDMethod(local_item_method.LocalItemMethod):
   def config_summary(self) -> dict:
     return {
         **super().config_summary(),
+        'client_start': self.training.client_start,
         'personalization': self.mode,
         'buffer_size': self.buffer_size,
         'student_start': self.student_start,
@@ -140,8 +176,15 @@ class APFRGKDMethod(local_item_method.LocalItemMethod):
         f'heterogeneity P = {h["p"]:.4f} (threshold {h["threshold"]:g}: '
         f'the adapter chooses {h["adapter_mode"]}); personalization '
         f'{self.mode} ({h["chosen_by"]}); buffer M = {self.buffer_size}; '
-        + super().description()
+        f'clients start from {_CLIENT_START_TEXT[self.training.client_start]}'
+        '; ' + super().description()
     )
+
+
+_CLIENT_START_TEXT = {
+    'download': 'the download',
+    'own_model': 'their own models (the teacher is the only download)',
+}
 
 
 def _personalization(personalization, ablation, adapter_mode):
@@ -168,7 +211,7 @@ def build_apfr_gkd(
     personalization: str = 'auto',
     heterogeneity_threshold: float = heterogeneity.DEFAULT_THRESHOLD,
     buffer_size: int = 5,
-    student_start: str = 'buffer_average',
+    student_start: Optional[str] = None,
     ablation: Optional[str] = None,
 ) -> APFRGKDMethod:
   """Builds APFR-GKD (module docstring).
@@ -179,13 +222,15 @@ def build_apfr_gkd(
     embedding_dim: d of p_i and q_j (32, Sec. 6.3).
     hidden_units: Hidden layers of the score MLP (empty: one dense layer).
     training: The local training of both phases; its `distillation` is the
-      KD phase's (mu, tau, binary or list-wise).
+      KD phase's (mu, tau, binary or list-wise), its `client_start` the
+      reading of Algorithm 1 (module docstring).
     personalization: 'auto' (the adapter: Dual iff P >= threshold),
       'unary' or 'dual'.
     heterogeneity_threshold: epsilon.
     buffer_size: M of Eq. 6.
-    student_start: 'buffer_average' (Algorithm 1) or 'latest_aggregate'
-      (FedGKD: the teacher alone is the average).
+    student_start: Under `client_start='download'`: 'buffer_average'
+      (Algorithm 1, the default) or 'latest_aggregate' (FedGKD: the
+      teacher alone is the average). Not taken under 'own_model'.
     ablation: None or one of ABLATIONS.
   """
   if personalization not in PERSONALIZATIONS:
@@ -206,7 +251,16 @@ def build_apfr_gkd(
     buffer_size = 1
   training = dataclasses.replace(
       training, keeps_trained_model=True, distillation=distillation
-  )
+  ).for_items(data.num_items)
+  own_model = training.starts_from_own_model
+  if own_model and student_start is not None:
+    raise ValueError(
+        '--student_start sets what the student starts from after a '
+        'download; with --client_start=own_model it starts from the '
+        'client\'s own model. Drop --student_start.')
+  if not own_model:
+    student_start = student_start or 'buffer_average'
+
   p = heterogeneity.heterogeneity(
       data.train_offsets, data.train_items, data.num_items, seed=seed
   )
@@ -225,14 +279,28 @@ def build_apfr_gkd(
   params = models.initial_parameters(spec, seed)
   global_initial, _ = models.split_parameters(spec, params)
 
+  aggregators = {}
+  if own_model:
+    # The clients' changes from their own models, averaged over every user
+    # (a user outside the round changed nothing), added to the latest
+    # aggregate: the global model stays the mean of the client models and
+    # the buffer's average is the teacher only.
+    aggregators = dict(
+        item_aggregator=population_mean.PopulationMeanFactory(
+            exchange.item_factory(), population=data.num_users),
+        model_aggregator=population_mean.PopulationMeanFactory(
+            tff.aggregators.MeanFactory(), population=data.num_users),
+    )
+
   def process_of(phase_training):
     return local_item_training.build_process(
         spec, params, phase_training, exchange,
         distributor=distributors.TeacherBroadcast(),
         finalizer=finalizers.BufferedGlobalModel(
             global_initial, buffer_size=buffer_size,
-            student_start=student_start,
+            student_start='latest_aggregate' if own_model else student_start,
         ),
+        **aggregators,
     )
 
   dual_process = None

@@ -52,7 +52,7 @@ def test_untrained_users_see_the_initial_table():
   store, table = _store()
   items = np.array([[0, 3], [9, 9], [1, 2]])
   np.testing.assert_array_equal(
-      store.personal_vectors(np.arange(3), items), table[items])
+      store.table_vectors(np.arange(3), items), table[items])
 
 
 def test_rounds_merge_trained_rows_and_decay_the_others():
@@ -71,7 +71,7 @@ def test_rounds_merge_trained_rows_and_decay_the_others():
       user0['personal_item_rows'],
       np.concatenate([_rows(0.25, 1), _rows(3, 2)]))  # Row 2: 1 x 0.25.
   items = np.array([[2, 5, 8, 0], [2, 5, 8, 0], [7, 0, 2, 7]])
-  vectors = store.personal_vectors(np.array([0, 1, 2]), items)
+  vectors = store.table_vectors(np.array([0, 1, 2]), items)
   np.testing.assert_array_equal(vectors[0, :3], np.stack([[0.25] * 2,
                                                           [3] * 2, [3] * 2]))
   np.testing.assert_allclose(vectors[0, 3], table[0] * 0.125)
@@ -93,8 +93,8 @@ def test_checkpoint_round_trip():
   restored, _ = _store()
   restored.load_arrays(store.to_arrays())
   items = np.tile(np.arange(_NUM_ITEMS), [3, 1])
-  np.testing.assert_array_equal(restored.personal_vectors(np.arange(3), items),
-                                store.personal_vectors(np.arange(3), items))
+  np.testing.assert_array_equal(restored.table_vectors(np.arange(3), items),
+                                store.table_vectors(np.arange(3), items))
   for want, got in zip(store.get(range(3)), restored.get(range(3))):
     np.testing.assert_array_equal(got['personal_item_ids'],
                                   want['personal_item_ids'])

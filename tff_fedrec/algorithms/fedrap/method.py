@@ -83,7 +83,7 @@ class FedRAPMethod(local_item_method.ItemTableMethod):
   def user_item_vectors(self, server_state, store, users, items):
     """D^(u)[items] + C[items], [U, C, d]."""
     table = np.asarray(self.global_parameters(server_state)['item_embedding'])
-    return store.personal_vectors(users, items) + table[items]
+    return store.table_vectors(users, items) + table[items]
 
   def run_round(self, server_state, store, round_input, *,
                 users_per_client: int = 1) -> method.RoundResult:
@@ -93,7 +93,7 @@ class FedRAPMethod(local_item_method.ItemTableMethod):
       data = user_groups.group_client_data(
           [round_input.user_data[p] for p in positions]
       )
-      data['personal_rows'] = store.personal_vectors(
+      data['personal_rows'] = store.table_vectors(
           users[positions], data['row_ids']
       )
       return data
