@@ -32,6 +32,7 @@ from absl import flags
 
 from tff_fedrec.algorithms import registry
 from tff_fedrec.programs import benchmark_tables
+from tff_fedrec.programs import preset_files
 
 _METHODS = flags.DEFINE_list(
     'methods', ['pfedrec', 'fedmf', 'fedncf'], 'Methods to run.'
@@ -55,15 +56,9 @@ _SEEDS = flags.DEFINE_list(
     'one. Empty: one run per method with its preset\'s seed.',
 )
 
-_PRESET_DIR = os.path.join(os.path.dirname(__file__), 'presets')
-
-
 def _method_flags(method: str) -> list[str]:
-  """The preset of `method` on the data set if there is one, else defaults."""
-  preset = os.path.join(_PRESET_DIR, f'{method}_{_DATASET.value.replace("-", "")}.flags')
-  if os.path.exists(preset):
-    return [f'--flagfile={preset}']
-  return [f'--method={method}', f'--dataset={_DATASET.value}']
+  """The flags of `method`'s preset (`preset_files`), or the defaults."""
+  return preset_files.preset_flags(method, _DATASET.value)
 
 
 def _split_extra_flags(value: str) -> list[str]:

@@ -279,8 +279,12 @@ def quiet_disposal_errors_hook(previous):
   Once a worker is gone, TFF's RemoteExecutor still disposes of the values
   it held there, from weakref finalizers; each fails with a gRPC error
   that Python prints as "Exception ignored in ..." with a traceback,
-  burying the `WorkerDiedError` message that names the worker. The
-  watchdog installs this hook when it reports a worker gone.
+  burying the `WorkerDiedError` message that names the worker. A gRPC
+  error raised where nothing can catch it (a finalizer) is never the
+  user's to act on: a computation on a broken worker fails on its own, and
+  the watchdog names it. `_default_context_watched` installs this hook for
+  the whole block, since a disposal can fail before the watchdog's check
+  does (a remote worker counts as gone only after `unreachable_seconds`).
   """
 
   def hook(unraisable):
@@ -321,16 +325,14 @@ def _default_context_watched(
       if message is not None:
         if not stopping.is_set():
           failure.append(message)
-          # Kept for the rest of the process: the finalizers run as the
-          # error unwinds and at exit.
-          sys.unraisablehook = quiet_disposal_errors_hook(
-              sys.unraisablehook
-          )
           os.kill(os.getpid(), signal.SIGUSR1)
         return
 
   signal.signal(signal.SIGTERM, _exit_on_sigterm)
   signal.signal(signal.SIGUSR1, _raise_worker_died)
+  previous_hook = sys.unraisablehook
+  sys.unraisablehook = quiet_disposal_errors_hook(previous_hook)
+  exited_cleanly = False
   watchdog = threading.Thread(target=_watch, daemon=True)
   context_stack = tff.framework.get_context_stack()
   previous_context = context_stack.current
@@ -338,6 +340,7 @@ def _default_context_watched(
     context_stack.set_default_context(context)
     watchdog.start()
     yield
+    exited_cleanly = True
   finally:
     stopping.set()
     # Joined before the handlers are restored: SIGUSR1's default would kill
@@ -347,6 +350,10 @@ def _default_context_watched(
     context_stack.set_default_context(previous_context)
     for signum, handler in previous_handlers.items():
       signal.signal(signum, handler)
+    if exited_cleanly:
+      # After an error the hook stays for the rest of the process: the
+      # finalizers run as the error unwinds and at exit.
+      sys.unraisablehook = previous_hook
 
 
 @contextlib.contextmanager

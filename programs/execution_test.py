@@ -119,3 +119,24 @@ def test_a_dead_worker_quiets_the_disposal_errors_that_follow():
   other = _unraisable(ValueError('a real bug'))
   installed(other)
   assert passed_on == [other]
+
+
+def test_disposal_errors_are_quiet_inside_the_block_and_restored_after_it():
+  # A remote worker counts as gone only after unreachable_seconds; disposals
+  # fail before that (CI printed such a traceback), so the hook cannot wait
+  # for the watchdog.
+  previous = sys.unraisablehook
+  passed_on = []
+  sys.unraisablehook = passed_on.append
+  try:
+    with execution.worker_execution_context():
+      inside = sys.unraisablehook
+      assert _add_one(np.float32(1.0)) == 2.0
+    after = sys.unraisablehook
+  finally:
+    sys.unraisablehook = previous
+  inside(_unraisable(_DisposalError()))
+  other = _unraisable(ValueError('a real bug'))
+  inside(other)
+  assert passed_on == [other]
+  assert after == passed_on.append

@@ -31,11 +31,13 @@ CLIENT_START = flags.DEFINE_enum(
     'client_start', None, list(local_item_training.CLIENT_STARTS),
     'APFR-GKD: where a client\'s local training starts each round (the two '
     'readings of Algorithm 1). download (default): the global model it '
-    'downloads, keeping its user embedding; own_model: its own model as its '
-    'last training left it (every item row it ever trained, its own score '
-    'MLP), the global model reaching it only as the distillation teacher. '
-    'own_model reaches Table 2 under the papers\' negative pool and '
-    'generalises worse (docs/results/apfr_gkd.md).',
+    'downloads, keeping its user embedding; own_model (the presets): its '
+    'own model as its last training left it (every item row it ever '
+    'trained, its own score MLP), the global model reaching it only as the '
+    'distillation teacher. own_model reaches Table 2 under the papers\' '
+    'negative pool; under the leak-free pool download reaches its level in '
+    '10 rounds at any participation, own_model only with every client '
+    'training about 70 times (docs/results/apfr_gkd.md).',
 )
 STUDENT_START = flags.DEFINE_enum(
     'student_start', None, list(finalizers.BUFFER_STUDENT_STARTS),
@@ -59,8 +61,9 @@ DISTILLATION = flags.DEFINE_enum(
 
 
 def _check(entry) -> None:
-  del entry
-  if CLIENT_START.value == 'own_model' and STUDENT_START.value is not None:
+  client_start = (CLIENT_START.value
+                  or entry.default('training').client_start)
+  if client_start == 'own_model' and STUDENT_START.value is not None:
     raise group.FlagError(
         '--student_start sets what a client trains from after a download; '
         'with --client_start=own_model it trains from its own model. Drop '

@@ -72,8 +72,7 @@ def _check(entry) -> None:
 
 def _arguments(context: group.BuildContext) -> dict:
   del context
-  return {'training': {field: holder.value for holder, field in _FIELDS
-                       if holder.value is not None}}
+  return {'training': group.given_fields(*_FIELDS)}
 
 
 GROUPS = (

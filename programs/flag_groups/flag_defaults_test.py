@@ -97,6 +97,7 @@ def test_apfr_gkd_without_flags_keeps_its_mlp_and_item_learning_rate():
   # local epochs.
   assert training.item_learning_rate == pytest.approx(1345.6)
   assert training.local_epochs == 10
+  assert training.client_start == 'download'
 
 
 @pytest.mark.parametrize('args, field, expected', [
@@ -104,8 +105,8 @@ def test_apfr_gkd_without_flags_keeps_its_mlp_and_item_learning_rate():
     (['--hidden_units='], 'hidden_units', ()),
     (['--embedding_dim=8'], 'embedding_dim', 8),
     (['--buffer_size=2'], 'buffer_size', 2),
-    (['--student_start=latest_aggregate'], 'student_start',
-     'latest_aggregate'),
+    (['--client_start=download', '--student_start=latest_aggregate'],
+     'student_start', 'latest_aggregate'),
 ], ids=lambda value: str(value))
 def test_given_flags_reach_the_builder(args, field, expected):
   assert _arguments('apfr_gkd', *args)[field] == expected

@@ -7,7 +7,8 @@ their driver this one:
 
   store    one partition; each user's local parameters (and the exchange's
            state: FedRAS's item-table copy), and with dual personalization
-           the item rows it fine-tuned;
+           the item rows it fine-tuned (with `client_start='own_model'`,
+           every row it ever trained);
   round    the users grouped U per TFF client (`templates.user_groups`),
            each group's data with the exchange's per-user fields
            (bandwidth e_u);
@@ -20,7 +21,11 @@ their driver this one:
            by the table it started its last round from (the broadcast,
            recorded in the store, or its own copy under a compressed
            exchange; `training.untrained_item_rows`); FedRAS scores with
-           the server's Q and theta and each p_u.
+           the server's Q and theta and each p_u; with
+           `training.client_start='own_model'` each user's own table (the
+           rows it ever trained over the initial table, an
+           `OwnTableStore`) and its own score layers; a user that keeps a
+           trained model but never trained, the global model.
 
 Example:
   >>> method = build_method(spec, training, exchanges.BroadcastOptions(),

@@ -166,6 +166,19 @@ def get(name: str) -> MethodEntry:
     ) from None
 
 
+def base_method(name: str) -> Optional[str]:
+  """The method whose variant `name` is (an entry fixing arguments of the
+  same builder, e.g. an ablation: 'apfr_gkd_no_kd' -> 'apfr_gkd'), or None
+  for a method that is nobody's variant."""
+  entry = get(name)
+  if not entry.arguments:
+    return None
+  for other in _ENTRIES:
+    if other.builder == entry.builder and not other.arguments:
+      return other.name
+  return None
+
+
 def methods_taking(group: str) -> list[str]:
   """The names of the methods that take flag group `group` (one of their
   entries' groups, or their protocol's)."""

@@ -38,3 +38,12 @@ def test_methods_taking_a_group_or_protocol():
   ]
   assert 'standalone' in registry.methods_taking('random_split')
   assert 'pfedrec' not in registry.methods_taking('random_split')
+
+
+def test_a_variant_names_its_base_method():
+  assert registry.base_method('apfr_gkd_no_kd') == 'apfr_gkd'
+  assert registry.base_method('apfr_gkd_dual') == 'apfr_gkd'
+  assert registry.base_method('fedras_e') == 'fedras'
+  assert registry.base_method('apfr_gkd') is None
+  # The codec baselines fix an argument of a builder no plain entry has.
+  assert registry.base_method('topk') is None
