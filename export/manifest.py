@@ -21,7 +21,11 @@ null for a tier's global model, which takes the user vector as input.
 Both the model files (`write_model_file`) and the manifest (`write_manifest`)
 are written to a temporary file in the target directory and moved into place
 with `os.replace`, so a reader sees the old file or the new one, never a
-partial one.
+partial one. The export program writes a whole export this way into a
+staging folder and swaps the folder into place
+(`programs/export_directory.py`), so that files and manifest always belong
+to one export; a user's folder name encodes its id
+(`programs/export_layout.py`), and `user` here is the id itself.
 
 Example:
   >>> import tempfile

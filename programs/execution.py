@@ -128,52 +128,139 @@ def stop_worker(process: subprocess.Popen) -> None:
       process.wait()
 
 
-# How long a worker address may refuse connections (nothing listens there)
-# before the start fails, when the timeout is longer: a worker being started
-# listens within about 0.1 s.
+# How long a worker address may refuse connections (nothing listens there),
+# or accept and close them unanswered, before the start fails, when the
+# timeout is longer: a worker being started listens within about 0.1 s.
 _REFUSED_SECONDS = 5.0
 
+_START_A_WORKER = (
+    'Start one with `python -m tff_fedrec.programs.worker --port=PORT` and '
+    'point --workers at it.'
+)
 
-def _refuses_connections(address: str) -> bool:
-  """Whether nothing listens at HOST:PORT (the connection is refused)."""
+_FRAME_HEADER_BYTES = 9
+_SETTINGS_FRAME_TYPE = 4
+# What a gRPC client sends first (RFC 9113, section 3.4): the connection
+# preface, then an empty SETTINGS frame (length 0, no flags, stream 0).
+_HTTP2_CLIENT_PREFACE = b'PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n' + bytes(
+    [0, 0, 0, _SETTINGS_FRAME_TYPE, 0, 0, 0, 0, 0]
+)
+
+
+def _greet(address: str) -> tuple[str, bytes]:
+  """Opens a connection to HOST:PORT as gRPC does; classifies the answer.
+
+  Returns (kind, the first bytes the peer sent), kind one of: 'refused'
+  (nothing listens); 'closed' (accepted, then closed or reset without a
+  byte); 'http2' (a SETTINGS frame, as every HTTP/2 server sends first);
+  'other' (bytes that are not HTTP/2: no gRPC server, or one behind TLS);
+  'unknown' (unreachable, or silent for a second: gRPC's own wait decides).
+  """
   host, _, port = address.rpartition(':')
+  answer = b''
   try:
-    with socket.create_connection((host.strip('[]'), int(port)), timeout=1):
-      return False
+    with socket.create_connection(
+        (host.strip('[]'), int(port)), timeout=1
+    ) as sock:
+      sock.sendall(_HTTP2_CLIENT_PREFACE)
+      while len(answer) < _FRAME_HEADER_BYTES:
+        received = sock.recv(64)
+        if not received:
+          break
+        answer += received
   except ConnectionRefusedError:
-    return True
-  except OSError:  # Unreachable or slow: gRPC's own wait decides.
-    return False
+    return 'refused', b''
+  except ConnectionResetError:
+    pass  # Judged on what came before the reset.
+  except OSError:
+    return 'unknown', answer
+  if not answer:
+    return 'closed', b''
+  if (len(answer) >= _FRAME_HEADER_BYTES
+      and answer[3] == _SETTINGS_FRAME_TYPE
+      and answer[5:9] == bytes(4)):
+    return 'http2', answer
+  return 'other', answer
 
 
 def _wait_until_ready(stub, address: str, timeout_seconds: float) -> None:
+  """Waits for the gRPC connection to `address`; fails at once where a peer
+  answers that does not speak gRPC, and after `_REFUSED_SECONDS` where
+  nothing answers."""
   start = time.monotonic()
-  refused_since = None
+  failing_since = None
   while not stub.is_ready:
     now = time.monotonic()
-    if _refuses_connections(address):
-      refused_since = refused_since or now
-      if now - refused_since >= min(_REFUSED_SECONDS, timeout_seconds):
+    kind, answer = _greet(address)
+    if kind == 'other':
+      raise WorkerStartError(
+          f'{address} answers, but it is not a TFF worker: it does not speak '
+          f'gRPC (its answer began {answer[:24]!r}). {_START_A_WORKER}'
+      )
+    if kind in ('refused', 'closed'):
+      failing_since = failing_since or now
+      seconds = now - failing_since
+      if seconds >= min(_REFUSED_SECONDS, timeout_seconds):
+        if kind == 'refused':
+          raise WorkerStartError(
+              f'Nothing listens at {address}: the connection was refused for '
+              f'{seconds:.0f} s. Start the worker there (`python -m '
+              'tff_fedrec.programs.worker --port=PORT`), or fix --workers.'
+          )
         raise WorkerStartError(
-            f'Nothing listens at {address}: the connection was refused for '
-            f'{now - refused_since:.0f} s. Start the worker there (`python -m '
-            'tff_fedrec.programs.worker --port=PORT`), or fix --workers.'
+            f'No TFF worker answers at {address}: for {seconds:.0f} s it '
+            'accepted connections and closed them without a word (so does '
+            f'an SSH tunnel with nothing at its far end). {_START_A_WORKER}'
         )
     else:
-      refused_since = None
+      failing_since = None
     if now - start > timeout_seconds:
       raise WorkerStartError(
           f'The TFF worker at {address} did not answer within '
-          f'{timeout_seconds:.0f} s. Check that it is running '
-          f'({worker_binary_path()} --port=PORT) and reachable.'
+          f'{timeout_seconds:.0f} s. Check that it is running (`python -m '
+          'tff_fedrec.programs.worker --port=PORT` there) and reachable.'
       )
     time.sleep(0.05)
+
+
+# A method of TFF's executor service, and a request that is no protobuf
+# message (a varint cut short).
+_EXECUTOR_SERVICE_METHOD = '/tensorflow_federated.v0.ExecutorGroup/Dispose'
+_UNPARSEABLE_REQUEST = b'\xff'
+
+
+def _check_executor_service(channel, address: str, timeout_seconds: float):
+  """Fails unless `address` serves TFF's executor service.
+
+  Sends the service's Dispose method a request that cannot be parsed: a
+  server with that method rejects it while parsing (INTERNAL), before any
+  of its code runs, so a TFF worker does and logs nothing (an empty but
+  valid Dispose logs a warning); any other gRPC server answers
+  UNIMPLEMENTED.
+  """
+  probe = channel.unary_unary(_EXECUTOR_SERVICE_METHOD)
+  try:
+    probe(_UNPARSEABLE_REQUEST, timeout=timeout_seconds)
+  except grpc.RpcError as error:
+    code = error.code()
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+      raise WorkerStartError(
+          f'{address} answers gRPC, but it is not a TFF worker: it has no TFF '
+          f'executor service (UNIMPLEMENTED). {_START_A_WORKER}'
+      ) from None
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+      raise WorkerStartError(
+          f'The TFF worker at {address} did not answer within '
+          f'{timeout_seconds:.0f} s.'
+      ) from None
+    # Other codes (INTERNAL from a TFF worker) say the method is there.
 
 
 def _connect(address: str, ready_timeout_seconds: float):
   channel = grpc.insecure_channel(address, _GRPC_OPTIONS)
   stub = tff.framework.RemoteExecutorGrpcStub(channel)
   _wait_until_ready(stub, address, ready_timeout_seconds)
+  _check_executor_service(channel, address, ready_timeout_seconds)
 
   def stack_fn(cardinalities):
     # Computations with no client-placed argument still need a cardinality.

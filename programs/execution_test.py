@@ -140,3 +140,49 @@ def test_disposal_errors_are_quiet_inside_the_block_and_restored_after_it():
   inside(other)
   assert passed_on == [other]
   assert after == passed_on.append
+
+
+def test_a_grpc_server_without_the_executor_service_is_not_a_tff_worker():
+  from concurrent import futures  # pylint: disable=g-import-not-at-top
+  server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+  port = server.add_insecure_port('127.0.0.1:0')
+  server.start()
+  try:
+    with pytest.raises(
+        execution.WorkerStartError,
+        match=(f'127.0.0.1:{port} answers gRPC, but it is not a TFF worker: '
+               'it has no TFF executor service'),
+    ):
+      execution.make_workers_context(
+          [f'127.0.0.1:{port}'], ready_timeout_seconds=60.0
+      )
+  finally:
+    server.stop(None)
+
+
+def test_an_address_that_closes_every_connection_fails_before_the_timeout(
+    monkeypatch
+):
+  # As an SSH tunnel does with nothing at its far end: the connection is
+  # accepted, so only the unanswered HTTP/2 preface tells.
+  import contextlib  # pylint: disable=g-import-not-at-top
+  import threading  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(execution, '_REFUSED_SECONDS', 0.2)
+  listener = socket.create_server(('127.0.0.1', 0))
+  port = listener.getsockname()[1]
+
+  def close_every_connection():
+    with contextlib.suppress(OSError):  # The listener closed: the test ended.
+      while True:
+        connection, _ = listener.accept()
+        connection.close()
+
+  threading.Thread(target=close_every_connection, daemon=True).start()
+  try:
+    with pytest.raises(execution.WorkerStartError,
+                       match=f'No TFF worker answers at 127.0.0.1:{port}'):
+      execution.make_workers_context(
+          [f'127.0.0.1:{port}'], ready_timeout_seconds=60.0
+      )
+  finally:
+    listener.close()

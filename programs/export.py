@@ -8,10 +8,13 @@ latest checkpoint (finished or not) and writes to --output_dir (default
 <root_dir>/tflite):
 
   tier_<tier>/<quantization>.tflite   each tier's global model (`--tiers`)
-  user_<id>/<quantization>.tflite     each --users model (ids as in the data)
+  user_<name>/<quantization>.tflite   each --users model; <name> is the id
+                                      percent-encoded (`export_layout`)
   item_ids.json                       the data set's item id of each model row
-  manifest.json                       tier, user, embedding size,
-                                      quantization, size and SHA-256 per file
+  manifest.json                       tier, user (the id as in the data),
+                                      path, embedding size, quantization,
+                                      size and SHA-256 per file: find a
+                                      user's file here, not by its name
 
 for each quantization of `--quantizations` (float32, float16, dynamic_range,
 full_integer; full-integer is calibrated on the user's own training data,
@@ -22,6 +25,13 @@ protocol computed by running the interpreter next to the same metrics of the
 TF model (HR@10 / NDCG@10 on the leave-one-out test split; Recall@20 /
 NDCG@20 by full ranking for the tiered methods). `export_report.json` holds
 them; a table is printed.
+
+The export is a transaction (`export_directory`): it is written into a
+hidden folder beside --output_dir, checked against its manifest and renamed
+into place, so when it fails (a bad input, Ctrl-C, kill -9, a full disk) an
+earlier export there stays whole. --output_dir is replaced as a whole, so it
+must be new, empty or an earlier export. Files get the user's umask (0644,
+folders 0755 under umask 022).
 """
 
 from absl import app

@@ -21,6 +21,8 @@ from tff_fedrec.export import manifest
 from tff_fedrec.export import on_device_model
 from tff_fedrec.export import tflite_conversion
 from tff_fedrec.programs import execution
+from tff_fedrec.programs import export_directory
+from tff_fedrec.programs import export_layout
 from tff_fedrec.programs import exported_models
 from tff_fedrec.programs import training_program
 from tff_fedrec.tasks import errors
@@ -159,12 +161,9 @@ def _export_model(prepared, model, output_dir, quantizations, report):
       model.architecture, model.params, top_k=_TOP_K.value
   )
   reference = _Scorer(module=module)
-  if model.user is None:
-    name = f'tier_{model.tier}'
-    user_id = None
-  else:
-    user_id = str(prepared.data.user_ids[model.user])
-    name = f'user_{user_id}'
+  user_id = (None if model.user is None
+             else str(prepared.data.user_ids[model.user]))
+  name = export_layout.model_folder(tier=model.tier, user_id=user_id)
   tf_metrics = _ranking_metrics(prepared, model, reference,
                                 _EVAL_USERS.value)
   entries = []
@@ -184,7 +183,7 @@ def _export_model(prepared, model, output_dir, quantizations, report):
     entries.append(manifest.write_model_file(
         output_dir, f'{name}/{quantization}.tflite', model_bytes,
         method=prepared.method_name, tier=model.tier,
-        user=None if user_id is None else user_id,
+        user=user_id,
         embedding_dim=model.embedding_dim, quantization=quantization,
     ))
     scorer = _Scorer(model_bytes=model_bytes)
@@ -219,31 +218,105 @@ def _report_line(row) -> str:
   )
 
 
-def export() -> dict:
-  """Exports the run of --root_dir; returns the report."""
-  root_dir = flags.FLAGS.root_dir
-  if not root_dir:
-    raise exported_models.ExportError('--root_dir (a training run) is required.')
-  output_dir = _OUTPUT_DIR.value or os.path.join(root_dir, 'tflite')
+def _checked_quantizations() -> list[str]:
+  """--quantizations, each once, in its order; refuses an empty or
+  unknown one."""
+  accepted = ', '.join(tflite_conversion.QUANTIZATIONS)
+  quantizations = list(dict.fromkeys(_QUANTIZATIONS.value))
+  if not quantizations:
+    raise exported_models.ExportError(
+        '--quantizations is empty, so nothing would be exported: give one '
+        f'or more of {accepted}, comma-separated (leave the flag out for '
+        'all of them).'
+    )
+  unknown = [q for q in quantizations
+             if q not in tflite_conversion.QUANTIZATIONS]
+  if unknown:
+    shown = ', '.join(q or '"" (an empty entry)' for q in unknown)
+    raise exported_models.ExportError(
+        f'Unknown quantization {shown}; choose from {accepted}.'
+    )
+  return quantizations
+
+
+def _check_output_dir(output_dir: str) -> None:
+  """Refuses an --output_dir that an export cannot replace: a file, or a
+  folder holding more than an earlier export (replacing it would delete
+  the rest)."""
   if os.path.exists(output_dir) and not os.path.isdir(output_dir):
     raise exported_models.ExportError(
         f'--output_dir={output_dir} is a file, not a folder. Give a folder '
         '(it is made if missing).'
     )
-  quantizations = list(_QUANTIZATIONS.value)
-  unknown = sorted(set(quantizations) - set(tflite_conversion.QUANTIZATIONS))
-  if unknown:
+  if not os.path.isdir(output_dir):
+    return
+  foreign = export_layout.foreign_entries(output_dir)
+  if foreign:
+    shown = ', '.join(foreign[:5]) + (', ...' if len(foreign) > 5 else '')
     raise exported_models.ExportError(
-        f'Unknown quantization {", ".join(unknown)}; choose from '
-        f'{", ".join(tflite_conversion.QUANTIZATIONS)}.'
+        f'--output_dir={output_dir} holds files that are not an export '
+        f'({shown}). An export replaces the whole folder: give a new or '
+        'empty folder, or an earlier export\'s. Nothing was written.'
     )
-  requested_users = list(_USERS.value)
-  requested_tiers = _TIERS.value
+
+
+def _write_export(prepared, run_round, models, quantizations, folder
+                  ) -> dict:
+  """Writes the export into `folder`, checks it against its manifest and
+  returns the report."""
+  report, entries = [], []
+  for model in models:
+    entries += _export_model(prepared, model, folder, quantizations, report)
+  atomic_files.write_atomically(
+      folder / export_layout.ITEM_IDS_NAME,
+      json.dumps([str(i) for i in prepared.data.item_ids]),
+  )
+  manifest.write_manifest(folder, entries)
+  result = {
+      'root_dir': flags.FLAGS.root_dir,
+      'method': prepared.method_name,
+      'round': run_round,
+      'models': report,
+  }
+  atomic_files.write_atomically(
+      folder / export_layout.REPORT_NAME, json.dumps(result, indent=2)
+  )
+  if manifest.read_manifest(folder, verify=True) != entries:
+    raise manifest.ManifestError(
+        f'{folder / manifest.MANIFEST_NAME} reads back other entries than '
+        'were written.'
+    )
+  return result
+
+
+def export() -> dict:
+  """Exports the run of --root_dir; returns the report.
+
+  The export is written beside --output_dir and replaces it only once it
+  is complete and checked (`export_directory`): when anything fails, an
+  earlier export there is left as it was.
+  """
+  root_dir = flags.FLAGS.root_dir
+  if not root_dir:
+    raise exported_models.ExportError('--root_dir (a training run) is required.')
+  output_dir = _OUTPUT_DIR.value or os.path.join(root_dir, 'tflite')
+  _check_output_dir(output_dir)
+  quantizations = _checked_quantizations()
+  # A user or tier given twice is exported once.
+  requested_users = list(dict.fromkeys(_USERS.value))
+  requested_tiers = (None if _TIERS.value is None
+                     else list(dict.fromkeys(_TIERS.value)))
+  if requested_tiers == [] and not requested_users:
+    raise exported_models.ExportError(
+        '--tiers is empty and no --users are given, so nothing would be '
+        'exported: leave --tiers out for every tier the run trains, or give '
+        '--users.'
+    )
   _load_run_flags(root_dir)
   prepared = training_program.prepare_run(
       log=lambda line: print(line, flush=True), starting=False)
   tiers_to_export = (exported_models.trained_tiers(prepared)
-                     if requested_tiers is None else list(requested_tiers))
+                     if requested_tiers is None else requested_tiers)
   users = exported_models.user_indices(prepared.data, requested_users) if (
       requested_users) else np.zeros([0], np.int64)
   with execution.worker_execution_context() as worker_pid:
@@ -260,26 +333,18 @@ def export() -> dict:
                for user in users]
   print(f'Exporting {len(models)} model(s) of round {run.next_round} to '
         f'{output_dir}.', flush=True)
-  os.makedirs(output_dir, exist_ok=True)
-  report, entries = [], []
-  for model in models:
-    entries += _export_model(prepared, model, output_dir, quantizations,
-                             report)
-  atomic_files.write_atomically(
-      os.path.join(output_dir, 'item_ids.json'),
-      json.dumps([str(i) for i in prepared.data.item_ids]),
-  )
-  manifest.write_manifest(output_dir, entries)
-  result = {
-      'root_dir': root_dir,
-      'method': prepared.method_name,
-      'round': run.next_round,
-      'models': report,
-  }
-  atomic_files.write_atomically(
-      os.path.join(output_dir, 'export_report.json'),
-      json.dumps(result, indent=2),
-  )
+  try:
+    with export_directory.replaced(output_dir) as staging:
+      result = _write_export(prepared, run.next_round, models, quantizations,
+                             staging)
+  except (OSError, manifest.ManifestError) as error:
+    raise exported_models.ExportError(
+        f'Writing the export failed: {str(error).rstrip(".")}; '
+        f'--output_dir={output_dir} is as it was (an earlier export there '
+        'is unchanged).'
+    ) from error
+  print(f'Wrote {len(result["models"])} model file(s) and '
+        f'{manifest.MANIFEST_NAME} to {output_dir}.', flush=True)
   return result
 
 
@@ -289,6 +354,13 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)
   try:
     export()
+  except KeyboardInterrupt:
+    print(
+        '\nInterrupted. Nothing was exported: --output_dir is as it was (an '
+        'earlier export there is unchanged).',
+        file=sys.stderr, flush=True,
+    )
+    sys.exit(130)
   except (exported_models.ExportError, training_program.FlagError,
           errors.DataFormatError, errors.DatasetFetchError,
           execution.WorkerStartError, manifest.ManifestError,

@@ -4,8 +4,10 @@ r"""Trains a federated recommender with TFF and prints a results table.
       --root_dir=runs/pfedrec_ml100k
 
 Paper settings: --flagfile=programs/presets/pfedrec_ml100k.flags (see the
-README). A run killed at any point resumes from its last checkpoint when
-started again with the same --root_dir.
+README); a flag given on the command line overrides the preset's, before
+or after --flagfile (`training_program.flagfiles_first`). A run killed at
+any point resumes from its last checkpoint when started again with the
+same --root_dir.
 """
 
 import sys
@@ -20,4 +22,5 @@ if __name__ == '__main__':
                    if a.startswith('--method=')), None)
     print(training_program.help_text(method))
     sys.exit(0)
-  app.run(training_program.main)
+  app.run(training_program.main,
+          argv=training_program.flagfiles_first(sys.argv))

@@ -73,20 +73,28 @@ def refuse_unused_flags(entry: registry.MethodEntry) -> None:
       )
 
 
-def _load_data(entry: registry.MethodEntry, data_config: datasets.DataConfig):
+def _load_data(entry: registry.MethodEntry, data_config: datasets.DataConfig,
+               root_dir: str):
+  """The split the run trains on, and the fingerprint of the interactions
+  it was made from (`datasets.fingerprint`), checked against the run's in
+  `root_dir` before the split (whose errors a changed file can cause)."""
+  interactions = datasets.load_interactions(data_config)
+  fingerprint = datasets.fingerprint(interactions)
+  run_directory.check_data(root_dir, fingerprint, datasets.source(data_config))
   if entry.protocol == registry.LEAVE_ONE_OUT:
-    data = datasets.load_leave_one_out(
-        data_config, num_eval_negatives=protocol_flags.EVAL_NEGATIVES.value
+    data = datasets.split_leave_one_out(
+        data_config, interactions,
+        num_eval_negatives=protocol_flags.EVAL_NEGATIVES.value,
     )
   else:
-    data = datasets.load_random_split(data_config)
+    data = datasets.split_random(data_config, interactions)
   if not data.num_users:
     raise FlagError(
         f'--min_interactions={data_flags.MIN_INTERACTIONS.value} drops every '
         f'user of {data_config.data_path or data_config.dataset}: no user has '
         'that many interactions. Lower it.'
     )
-  return data
+  return data, fingerprint
 
 
 def known_flags() -> set[str]:
@@ -145,6 +153,7 @@ class PreparedRun:
     protocol: Its `tasks.protocol.Protocol`.
     root_dir: --root_dir.
     make_training_run: worker_pid -> `training_loop.TrainingRun`.
+    data_fingerprint: `datasets.fingerprint` of the loaded interactions.
   """
 
   entry: registry.MethodEntry
@@ -153,17 +162,17 @@ class PreparedRun:
   protocol: object
   root_dir: str
   make_training_run: Callable[[Optional[int]], training_loop.TrainingRun]
+  data_fingerprint: dict
 
   @property
   def method_name(self) -> str:
     return self.entry.name
 
 
-def prepare_run(*, log: Callable[[str], None] = print,
-                starting: bool = True) -> PreparedRun:
-  """Checks the flags, loads the data and builds the method; `starting`
-  (a training start, not an export) also checks the run directory
-  (`run_directory.check_start`)."""
+def check_flags() -> registry.MethodEntry:
+  """The chosen method's entry, once every flag's value is checked
+  (FlagError naming the first bad one), before anything is read or
+  written."""
   if run_flags.METHOD.value is None:
     raise FlagError(
         f'--method is required: one of {", ".join(registry.METHODS)}.'
@@ -178,12 +187,23 @@ def prepare_run(*, log: Callable[[str], None] = print,
   # anything is written.
   for name in (*COMMON_GROUPS, entry.protocol, *entry.flag_groups):
     GROUPS[name].check(entry)
+  return entry
+
+
+def prepare_run(*, log: Callable[[str], None] = print,
+                starting: bool = True) -> PreparedRun:
+  """Checks the flags, loads the data and builds the method; `starting`
+  (a training start, not an export, inside `run_directory.owned`) also
+  checks the run directory (`run_directory.check_start`). Data that is not
+  the data the run in --root_dir recorded is refused either way
+  (`run_directory.check_data`)."""
+  entry = check_flags()
   if starting:
     run_directory.check_start(
         run_flags.ROOT_DIR.value, current_flags(), known_flags()
     )
   data_config = data_flags.data_config(run_flags.SEED.value)
-  data = _load_data(entry, data_config)
+  data, fingerprint = _load_data(entry, data_config, run_flags.ROOT_DIR.value)
   user_tiers = None
   if 'tiers' in entry.flag_groups:
     user_tiers = tiered_flags.tier_policy().assign(
@@ -228,6 +248,7 @@ def prepare_run(*, log: Callable[[str], None] = print,
           method, protocol, loop_config, root_dir,
           log=log, worker_pid=worker_pid, summary_fields=summary_fields,
       ),
+      data_fingerprint=fingerprint,
   )
 
 
@@ -351,6 +372,32 @@ def help_text(method: Optional[str] = None) -> str:
   return '\n'.join(lines)
 
 
+def flagfiles_first(argv: list[str]) -> list[str]:
+  """`argv` with its --flagfile arguments moved before the other flags, in
+  their order, so that a flag given on the command line overrides a
+  preset's wherever it stands (absl applies flags in order: given before
+  --flagfile, it was silently replaced by the preset's)."""
+  program, rest = argv[:1], argv[1:]
+  flagfiles, others = [], []
+  index = 0
+  while index < len(rest):
+    argument = rest[index]
+    if argument == '--':
+      others += rest[index:]
+      break
+    name = argument.lstrip('-').partition('=')[0]
+    if argument.startswith('-') and name == 'flagfile':
+      if '=' in argument or index + 1 == len(rest):
+        flagfiles.append(argument)
+      else:
+        flagfiles += rest[index:index + 2]
+        index += 1
+    else:
+      others.append(argument)
+    index += 1
+  return program + flagfiles + others
+
+
 def _flag_lines() -> list[str]:
   """This program's flags as flagfile lines."""
   names = sorted(
@@ -366,15 +413,18 @@ def _flag_lines() -> list[str]:
 def run() -> dict:
   """Runs the program from the parsed flags; returns the summary."""
   log = lambda line: print(line, flush=True)
-  prepared = prepare_run(log=log)
-  # A run none of whose checkpoints reads back is refused before the
-  # directory is touched.
-  training_loop.checkpoint_manager(prepared.root_dir).check_readable()
-  run_directory.start(prepared.root_dir, _flag_lines())
-  summary = _train_with_worker_restarts(
-      prepared.root_dir,
-      lambda worker_pid: prepared.make_training_run(worker_pid).train(),
-  )
+  check_flags()
+  with run_directory.owned(run_flags.ROOT_DIR.value):
+    prepared = prepare_run(log=log)
+    # A run none of whose checkpoints reads back is refused before the
+    # directory is touched.
+    training_loop.checkpoint_manager(prepared.root_dir).check_readable()
+    run_directory.start(prepared.root_dir, _flag_lines(),
+                        prepared.data_fingerprint)
+    summary = _train_with_worker_restarts(
+        prepared.root_dir,
+        lambda worker_pid: prepared.make_training_run(worker_pid).train(),
+    )
   print(results_table(summary, prepared.protocol, prepared.root_dir),
         flush=True)
   return summary

@@ -9,6 +9,7 @@ exit with status 2 and name the problem on stderr, before any training.
 
 import pytest
 
+from tff_fedrec.algorithms import registry
 from tff_fedrec.programs import program_test_utils
 from tff_fedrec.programs import training_program
 
@@ -158,3 +159,16 @@ def test_malformed_data_file_names_the_file_and_line(tmp_path):
   )
   assert status == 2
   assert f'{path}:8:' in stderr
+
+
+@pytest.mark.parametrize('method', sorted(registry.METHODS))
+def test_help_of_every_method_lists_every_group_it_takes(method):
+  # APFR-GKD's and FedRAP's groups were once missing from --help.
+  entry = registry.METHODS[method]
+  text = training_program.help_text(method)
+  for name in {*training_program.COMMON_GROUPS, entry.protocol,
+               *entry.flag_groups}:
+    title = training_program.GROUPS[name].title
+    assert f'{title} [{name}; ' in text, (method, name)
+    for holder in training_program.GROUPS[name].holders:
+      assert f'  --{holder.name}' in text, (method, holder.name)

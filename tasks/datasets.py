@@ -11,8 +11,10 @@ leave-one-out by timestamp, 99 sampled negatives each for validation and test
 
 import contextlib
 import dataclasses
+import hashlib
 from typing import Optional
 
+import numpy as np
 import pandas as pd
 
 from tff_fedrec.tasks import errors
@@ -82,7 +84,7 @@ def load_interactions(config: DataConfig) -> pd.DataFrame:
   )
 
 
-def _source(config: DataConfig) -> str:
+def source(config: DataConfig) -> str:
   """What the data came from, for messages."""
   if config.data_path:
     return config.data_path
@@ -96,16 +98,38 @@ def _naming_the_source(config: DataConfig):
     yield
   except errors.DataFormatError as error:
     message = str(error)
-    if message.startswith(_source(config)):
+    if message.startswith(source(config)):
       raise
-    raise errors.DataFormatError(f'{_source(config)}: {message}') from None
+    raise errors.DataFormatError(f'{source(config)}: {message}') from None
 
 
-def load_leave_one_out(
-    config: DataConfig, *, num_eval_negatives: int = 99
+def fingerprint(interactions: pd.DataFrame) -> dict:
+  """What identifies the interactions a run trains on: their counts and a
+  SHA-256 of every field in file order (ids as their strings, ratings and
+  timestamps as float64), independent of the pandas version. Two loads
+  give one fingerprint exactly when they give the same rows."""
+  digest = hashlib.sha256()
+  for column in interactions.columns:
+    values = interactions[column]
+    digest.update(f'{column}\x1e'.encode())
+    if values.dtype == object:
+      digest.update('\x1f'.join(map(str, values.tolist())).encode('utf-8'))
+    else:
+      digest.update(np.ascontiguousarray(values.to_numpy(np.float64)).tobytes())
+    digest.update(b'\x1d')
+  return {
+      'interactions': int(len(interactions)),
+      'users': int(interactions['user'].nunique()),
+      'items': int(interactions['item'].nunique()),
+      'sha256': digest.hexdigest(),
+  }
+
+
+def split_leave_one_out(
+    config: DataConfig, interactions: pd.DataFrame, *,
+    num_eval_negatives: int = 99,
 ) -> preprocessing.LeaveOneOutData:
-  """Loads `config`'s data and splits it leave-one-out (PFedRec Sec. 6.1)."""
-  interactions = load_interactions(config)
+  """Splits `config`'s loaded interactions leave-one-out (PFedRec Sec. 6.1)."""
   with _naming_the_source(config):
     indexed = preprocessing.index_interactions(
         interactions,
@@ -116,12 +140,12 @@ def load_leave_one_out(
     )
 
 
-def load_random_split(
-    config: DataConfig, *, train_fraction: float = 0.8
+def split_random(
+    config: DataConfig, interactions: pd.DataFrame, *,
+    train_fraction: float = 0.8,
 ) -> preprocessing.RandomSplitData:
-  """Loads `config`'s data and splits each user's interactions at random,
-  80/20 by default (HeteFedRec Sec. V.A)."""
-  interactions = load_interactions(config)
+  """Splits each user's loaded interactions at random, 80/20 by default
+  (HeteFedRec Sec. V.A)."""
   with _naming_the_source(config):
     indexed = preprocessing.index_interactions(
         interactions,
@@ -130,3 +154,20 @@ def load_random_split(
     return preprocessing.random_split(
         indexed, train_fraction=train_fraction, seed=config.seed
     )
+
+
+def load_leave_one_out(
+    config: DataConfig, *, num_eval_negatives: int = 99
+) -> preprocessing.LeaveOneOutData:
+  """Loads `config`'s data and splits it leave-one-out (PFedRec Sec. 6.1)."""
+  return split_leave_one_out(config, load_interactions(config),
+                             num_eval_negatives=num_eval_negatives)
+
+
+def load_random_split(
+    config: DataConfig, *, train_fraction: float = 0.8
+) -> preprocessing.RandomSplitData:
+  """Loads `config`'s data and splits each user's interactions at random,
+  80/20 by default (HeteFedRec Sec. V.A)."""
+  return split_random(config, load_interactions(config),
+                      train_fraction=train_fraction)

@@ -1,4 +1,5 @@
 import numpy as np
+import pandas as pd
 import pytest
 
 from tff_fedrec.tasks import datasets
@@ -78,3 +79,33 @@ def test_separator_applies_to_a_local_movielens_copy(tmp_path):
   with pytest.raises(errors.DataFormatError, match='ml.dat'):
     datasets.load_interactions(datasets.DataConfig(
         dataset='ml-100k', data_path=str(path)))
+
+
+def _frame(rows):
+  return pd.DataFrame({
+      'user': pd.Series([r[0] for r in rows], dtype=object),
+      'item': pd.Series([r[1] for r in rows], dtype=object),
+      'rating': np.array([r[2] for r in rows], np.float64),
+      'timestamp': np.array([r[3] for r in rows], np.float64),
+  })
+
+
+def test_fingerprint_counts_and_changes_with_any_field():
+  rows = [('u1', 'i1', 4.0, 1.0), ('u1', 'i2', 3.0, 2.0),
+          ('u2', 'i1', 5.0, 3.0)]
+  base = datasets.fingerprint(_frame(rows))
+  assert {k: base[k] for k in ('interactions', 'users', 'items')} == {
+      'interactions': 3, 'users': 2, 'items': 2}
+  assert datasets.fingerprint(_frame(list(rows))) == base
+  changed = [
+      rows + [('u3', 'i1', 1.0, 4.0)],  # a row appended
+      [('u1 ', 'i1', 4.0, 1.0), *rows[1:]],  # a space in an id
+      [('u1', 'i1', 4.5, 1.0), *rows[1:]],  # a rating
+      [('u1', 'i1', 4.0, 1.5), *rows[1:]],  # a timestamp
+      [rows[1], rows[0], rows[2]],  # the order
+      # Joined ids that would read the same without separators.
+      [('u1i', '1', 4.0, 1.0), *rows[1:]],
+  ]
+  prints = [datasets.fingerprint(_frame(r))['sha256'] for r in changed]
+  assert base['sha256'] not in prints
+  assert len(set(prints)) == len(prints)

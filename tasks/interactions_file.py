@@ -51,8 +51,9 @@ def load_interactions_file(
     path: the file; UTF-8 text (a byte order mark is ignored).
     separator: the field separator, one or more characters.
     header: True if the first line is a header, False if it is data, or
-      'auto': it is a header if its rating or timestamp field is not a
-      number.
+      'auto': it is a header if neither its rating nor its timestamp
+      field is a number (a first line with one of them a number is data,
+      and a bad field in it is reported).
 
   Returns:
     A DataFrame with N rows and exactly the columns `user` (str), `item`
@@ -122,10 +123,59 @@ def _read_utf8(path: str | os.PathLike) -> bytes:
     line = data[: error.start].count(b'\n') + 1
     raise errors.DataFormatError(
         f'{path}:{line}: not valid UTF-8 ({error.reason} at byte '
-        f'{error.start}). Re-encode the file as UTF-8, e.g. '
-        '`iconv -f latin1 -t utf-8`.'
+        f'{error.start}). {_what_it_probably_is(data)}'
     ) from None
+  if b'\x00' in data:
+    # Valid UTF-8, but no text file of interactions holds NUL bytes:
+    # UTF-16 of ASCII without a byte order mark, or a binary file.
+    offset = data.index(b'\x00')
+    line = data[:offset].count(b'\n') + 1
+    raise errors.DataFormatError(
+        f'{path}:{line}: not a UTF-8 text file (a NUL byte at byte '
+        f'{offset}). {_what_it_probably_is(data)}'
+    )
   return data
+
+
+# Leading bytes of the compressed and archive formats a data file is most
+# often shipped in, with the command that unpacks each.
+_COMPRESSED_MAGIC = (
+    (b'\x1f\x8b', 'gzip-compressed', 'gunzip -k FILE'),
+    (b'PK\x03\x04', 'a zip archive', 'unzip FILE'),
+    (b'BZh', 'bzip2-compressed', 'bunzip2 -k FILE'),
+    (b'\xfd7zXZ\x00', 'xz-compressed', 'unxz -k FILE'),
+    (b'\x28\xb5\x2f\xfd', 'zstd-compressed', 'unzstd FILE'),
+)
+
+
+def _what_it_probably_is(data: bytes) -> str:
+  """What a file that is not UTF-8 most likely is, and what to do."""
+  for magic, kind, command in _COMPRESSED_MAGIC:
+    if data.startswith(magic):
+      return (f'It looks {kind}: unpack it first (`{command}`) and pass '
+              '--data_path naming the unpacked file.')
+  head = data[:4096]
+  utf16 = None
+  if head.startswith(codecs.BOM_UTF16_LE):
+    utf16 = 'utf-16le'
+  elif head.startswith(codecs.BOM_UTF16_BE):
+    utf16 = 'utf-16be'
+  elif b'\x00' in head:
+    # ASCII text in UTF-16: every other byte is zero.
+    if head[1::2].count(0) > len(head) * 0.4:
+      utf16 = 'utf-16le'
+    elif head[0::2].count(0) > len(head) * 0.4:
+      utf16 = 'utf-16be'
+    else:
+      return ('It looks binary, not a text file of interactions: pass '
+              '--data_path naming a user,item,rating,timestamp text file.')
+  if utf16:
+    return ('It looks UTF-16 text: re-encode it as UTF-8, e.g. '
+            f'`iconv -f {utf16} -t utf-8 FILE > FILE.utf8`.')
+  return ('It is probably text in another code page (Latin-1 or '
+          'Windows-1252 for most European files): re-encode it as UTF-8, '
+          'e.g. `iconv -f latin1 -t utf-8 FILE > FILE.utf8`, and check a '
+          'few lines with accented letters afterwards.')
 
 
 def _is_number(field: str) -> bool:
@@ -136,10 +186,12 @@ def _is_number(field: str) -> bool:
 
 
 def _looks_like_header(first_line: str, separator: str) -> bool:
+  """A header has neither a numeric rating nor a numeric timestamp; a row
+  with one number and one bad field is a data row, reported as such
+  (never silently dropped), as is one with the wrong field count."""
   fields = first_line.split(separator)
-  # A first line with the wrong field count is left to be reported as data.
   return len(fields) == len(COLUMNS) and not (
-      _is_number(fields[2]) and _is_number(fields[3])
+      _is_number(fields[2]) or _is_number(fields[3])
   )
 
 

@@ -1,3 +1,4 @@
+import gzip
 import re
 
 import numpy as np
@@ -214,3 +215,39 @@ def test_one_million_lines_load_without_the_line_by_line_parser(
 
   assert len(loaded) == num_rows
   assert loaded['user'].iloc[-1] == str(users[-1])
+
+
+def test_header_auto_takes_a_row_with_one_number_as_data(tmp_path):
+  # A data row whose rating is bad must be reported, not dropped as a
+  # header: auto decides "header" only when neither field is a number.
+  path = _write(tmp_path, 'u1,i1,x,881250949\nu2,i2,3,881250950\n')
+  with pytest.raises(errors.DataFormatError,
+                     match=r"ratings\.csv:1: the rating 'x'.*--header=true"):
+    interactions_file.load_interactions_file(path)
+  timestamp_bad = _write(tmp_path, 'u1,i1,4,t\nu2,i2,3,5\n', name='t.csv')
+  with pytest.raises(errors.DataFormatError, match=r"t\.csv:1: the timestamp"):
+    interactions_file.load_interactions_file(timestamp_bad)
+  header = _write(tmp_path, 'user,item,rating,timestamp\nu2,i2,3,5\n',
+                  name='h.csv')
+  assert interactions_file.load_interactions_file(header)['user'].tolist() == [
+      'u2']
+
+
+@pytest.mark.parametrize('content, expected', [
+    (gzip.compress(b'u,i,1,2\n' * 50), r'gzip-compressed.*gunzip'),
+    ('u,i,1,2\n'.encode('utf-16'), r'UTF-16.*iconv -f utf-16le'),
+    ('u,i,1,2\nv,j,3,4\n'.encode('utf-16-be'), r'UTF-16.*iconv -f utf-16be'),
+    ('Zoë,Amélie,4,5\n'.encode('latin1'), r'another code page.*iconv -f latin1'),
+    (bytes([0x80, 0x00, 0x13, 0x37, 0xff, 0x00, 0x00, 0x9f] * 64),
+     r'looks binary'),
+], ids=['gzip', 'utf16-bom', 'utf16be-no-bom', 'latin1', 'binary'])
+def test_a_file_that_is_not_utf8_says_what_it_probably_is(
+    tmp_path, content, expected):
+  path = tmp_path / 'ratings.csv'
+  path.write_bytes(content)
+  with pytest.raises(errors.DataFormatError,
+                     match='not valid UTF-8|not a UTF-8 text file') as error:
+    interactions_file.load_interactions_file(path)
+  assert re.search(expected, str(error.value)), str(error.value)
+  if 'code page' not in expected:
+    assert 'latin1' not in str(error.value)

@@ -7,6 +7,7 @@ byte for byte (a refused start writes nothing). The programs' `main` runs
 in the test process (`program_test_utils`); Ctrl-C goes through the binary.
 """
 
+import gzip
 import hashlib
 import os
 import shutil
@@ -89,7 +90,10 @@ _GOOD_LINES = b''.join(
 @pytest.mark.parametrize('content, extra, messages', [
     (None, [], ['no such file', '--data_path']),
     (b'', [], ['the file is empty', '--data_path']),
-    (b'\xff\xfeu,i,1,1\n', [], ['not valid UTF-8', 'iconv']),
+    (b'\xff\xfeu,i,1,1\n', [], ['not valid UTF-8', 'UTF-16', 'iconv']),
+    (gzip.compress(_GOOD_LINES), [], ['gzip-compressed', 'gunzip']),
+    (b'u1,i1,x,1\n' + _GOOD_LINES, [], [":1: the rating 'x'",
+                                        '--header=true']),
     (b'u1,i1,1\n', [], [':1:', '--separator']),
     (b'user,item,rating,timestamp\nu1,i1,x,1\n', ['--header=false'],
      [':1:', '--header=true']),
@@ -98,7 +102,8 @@ _GOOD_LINES = b''.join(
     (_GOOD_LINES, ['--min_interactions=100'],
      ['--min_interactions=100 drops every user']),
     (_GOOD_LINES, ['--num_eval_negatives=99'], ['--num_eval_negatives']),
-], ids=['missing', 'empty', 'not-utf8', 'fields', 'header', 'few-interactions',
+], ids=['missing', 'empty', 'not-utf8', 'gzip', 'header-auto-data-row',
+        'fields', 'header', 'few-interactions',
         'drops-everyone', 'eval-negatives'])
 def test_bad_data_files_name_the_file_and_the_fix(
     tmp_path, content, extra, messages
@@ -181,6 +186,26 @@ def test_a_folder_as_data_file_is_named(tmp_path):
     (['--method=hetefedrec', *_SYNTHETIC[:2],
       '--negative_pool=outside_training', '--root_dir=R'],
      '--negative_pool does not apply to --method=hetefedrec'),
+    ([*_RUN, '--seed=-1', '--root_dir=R'],
+     '--seed=-1 is out of range: give an integer from 0 to 4294967295'),
+    ([*_RUN, f'--seed={2**64}', '--root_dir=R'], f'--seed={2**64} is out'),
+    # Huge counts overflowed (OverflowError, a TypeError in a tf.function)
+    # or exhausted memory with numpy's own words.
+    ([*_RUN, f'--num_negatives={2**64}', '--root_dir=R'],
+     f'--num_negatives={2**64} is too large: at most 2,147,483,647'),
+    ([*_RUN, '--num_negatives=100000', '--root_dir=R'],
+     '--num_negatives=100000 is too large: at most 1,000'),
+    ([*_RUN, f'--local_epochs={2**64}', '--root_dir=R'],
+     f'--local_epochs={2**64} is too large'),
+    ([*_RUN, '--embedding_dim=1000000', '--root_dir=R'],
+     '--embedding_dim=1000000 is too large: at most 4,096'),
+    ([*_RUN, '--hidden_units=8,1000000', '--root_dir=R'],
+     '--hidden_units=8,1000000 is too large'),
+    ([*_RUN, '--synthetic_users=1000000000', '--root_dir=R'],
+     '--synthetic_users=1000000000 is too large: at most 100,000,000'),
+    ([*_RUN, '--data_path=x.csv', '--dataset=ml-100k', '--separator=\\x',
+      '--root_dir=R'],
+     "--separator='\\x' is not a valid escape"),
     ([*_RUN, '--executor=remote', '--root_dir=R'], '--workers=HOST:PORT'),
     ([*_RUN, '--workers=127.0.0.1:1', '--root_dir=R'], '--executor=remote'),
     ([*_RUN, '--executor=remote', '--workers=10.1.2.3:80', '--root_dir=R'],

@@ -5,15 +5,22 @@ The PFedRec pipeline runs `python -m tff_fedrec.programs.train` and then
 `python -m tff_fedrec.programs.export` in subprocesses, as a user does, so
 both binaries are checked end to end. The other cases call the programs'
 `main` in the test process (`_train`, `_export`, `_refusal`): a subprocess
-costs a TensorFlow import, about 10 s, more than most cases.
+costs a TensorFlow import, about 10 s, more than most cases. An export is a
+transaction (`export_directory`); the cases that stop one half-way (kill -9,
+Ctrl-C) or set its umask start the binary too.
 """
 
 import csv
+import glob
 import json
 import os
 import shutil
+import signal
+import stat
 import subprocess
 import sys
+import time
+import urllib.parse
 
 import numpy as np
 import pytest
@@ -37,10 +44,10 @@ _TIERED = [
 ]
 
 
-def _program(name, args, timeout=600):
+def _program(name, args, timeout=600, **popen_args):
   return subprocess.run(
       [sys.executable, '-m', f'tff_fedrec.programs.{name}', *args],
-      capture_output=True, text=True, timeout=timeout,
+      capture_output=True, text=True, timeout=timeout, **popen_args,
   )
 
 
@@ -220,6 +227,9 @@ def _refusal(args) -> str:
     ('standalone', ['--tiers=small'], 'every user trains its own'),
     ('standalone', ['--users=nosuchuser'], 'Unknown user id'),
     ('all_small', ['--quantizations=int4'], 'Unknown quantization int4'),
+    ('all_small', ['--quantizations=float32,'],
+     'Unknown quantization "" (an empty entry)'),
+    ('all_small', ['--tiers='], 'nothing would be exported'),
 ])
 def test_export_refuses_what_the_run_cannot_give(
     one_round_runs, method, args, message
@@ -255,3 +265,256 @@ def test_a_directory_without_a_run_or_checkpoint_is_refused(
     os.rename(os.path.join(root_dir, 'checkpoints', name),
               os.path.join(root_dir, 'checkpoints', f'old_{name}'))
   assert 'has no checkpoint yet' in _refusal([f'--root_dir={root_dir}'])
+
+
+# User ids a data file may hold that are no safe file names: a path out of
+# the export folder, its parent, ids equal up to case, unicode with a space,
+# a Windows device name, hidden, a drive path, a separator of --users, and
+# one far longer than a file name may be.
+_ODD_IDS = [
+    'x/../../../escaped', '..', 'U0', 'u0', 'Ünï cödé', 'CON', '.hidden',
+    'C:\\x', 'tab,comma', '%41', 'A', 'a' * 300,
+]
+_LONG_ID = 'a' * 300
+_SHARES_ODD_IDS_RUN = pytest.mark.xdist_group('odd_ids_run')
+
+
+@pytest.fixture(scope='module')
+def odd_ids_run(tmp_path_factory):
+  """A one-round PFedRec run on a tab-separated file whose user ids are
+  `_ODD_IDS` (8 of 40 items each), never changed by the tests."""
+  folder = tmp_path_factory.mktemp('odd_ids')
+  data_path = folder / 'ratings.tsv'
+  data_path.write_text(''.join(
+      f'{user}\ti{(n * 7 + k * 3) % 40}\t1\t{n * 8 + k}\n'
+      for n, user in enumerate(_ODD_IDS) for k in range(8)
+  ), encoding='utf-8')
+  root_dir = str(folder / 'run')
+  _train(root_dir, [
+      '--method=pfedrec', f'--data_path={data_path}', '--separator=\\t',
+      '--num_eval_negatives=10', '--embedding_dim=8', '--rounds=1',
+  ])
+  return root_dir
+
+
+def _snapshot(folder) -> dict:
+  """{relative path: its bytes, or None for a folder} of everything under
+  `folder`."""
+  tree = {}
+  for parent, folders, names in os.walk(folder):
+    for name in folders:
+      tree[os.path.relpath(os.path.join(parent, name), folder)] = None
+    for name in names:
+      path = os.path.join(parent, name)
+      with open(path, 'rb') as f:
+        tree[os.path.relpath(path, folder)] = f.read()
+  return tree
+
+
+@_SHARES_ODD_IDS_RUN
+def test_users_with_any_id_export_under_encoded_names(odd_ids_run, tmp_path):
+  output_dir = str(tmp_path / 'out' / 'tflite')
+  _export([f'--root_dir={odd_ids_run}', '--users=all',
+           '--quantizations=float32', f'--output_dir={output_dir}'])
+  entries = manifest.read_manifest(output_dir, verify=True)
+  by_user = {e.user: e for e in entries if e.user is not None}
+  # The manifest keeps each id as it is in the data.
+  assert sorted(by_user) == sorted(_ODD_IDS)
+  folders = [e.path.split('/')[0] for e in entries]
+  # One folder per model, distinct even on a case-insensitive file system,
+  # each a name of its own in the export folder: nothing got out of it.
+  assert len({f.lower() for f in folders}) == len(entries)
+  assert all(e.path.count('/') == 1 for e in entries)
+  assert os.listdir(tmp_path) == ['out']
+  assert os.listdir(tmp_path / 'out') == ['tflite']
+  assert sorted(os.listdir(output_dir)) == sorted(
+      [*folders, 'manifest.json', 'item_ids.json', 'export_report.json'])
+  unsafe = by_user['x/../../../escaped']
+  assert unsafe.path == (
+      'user_x%2F%2E%2E%2F%2E%2E%2F%2E%2E%2Fescaped/float32.tflite')
+  assert urllib.parse.unquote(unsafe.path.split('/')[0][5:]) == unsafe.user
+  # Each file is that user's own model, whole, and runs in the interpreter.
+  num_items = len(_item_ids(output_dir))
+  scores = {}
+  for user in ('x/../../../escaped', _LONG_ID, 'U0', 'u0'):
+    path = os.path.join(output_dir, by_user[user].path)
+    with open(path, 'rb') as f:
+      interpreter = tf.lite.Interpreter(model_content=f.read())
+    scores[user] = interpreter.get_signature_runner('score')(
+        item_ids=np.arange(num_items, dtype=np.int32))['scores']
+    assert scores[user].shape == (num_items,)
+    assert np.all(np.isfinite(scores[user]))
+  # Ids equal up to case are two users with two models.
+  assert not np.array_equal(scores['U0'], scores['u0'])
+  rows = {r['user']: r for r in _report(output_dir)['models']}
+  assert rows[_LONG_ID]['max_abs_logit_difference'] < 1e-5
+
+
+def _deep_folder(root, length) -> str:
+  """A folder under `root` whose path is `length` characters long."""
+  path = str(root)
+  while len(path) < length:
+    path = os.path.join(path, 'd' * min(200, length - len(path) - 1))
+  assert len(path) == length
+  return path
+
+
+@_SHARES_ODD_IDS_RUN
+def test_a_failed_export_leaves_the_earlier_export_as_it_was(
+    odd_ids_run, tmp_path
+):
+  # Writing the long id's folder fails half-way through the export for a
+  # real reason, the path being longer than the system allows (as a full
+  # disk fails a write), after the tier and u0 models are written:
+  # their paths are about 50 characters shorter than the limit, the long
+  # id's folder about 100 characters longer.
+  path_max = os.pathconf(tmp_path, 'PC_PATH_MAX')
+  output_dir = _deep_folder(tmp_path, path_max - 108)
+  _export([f'--root_dir={odd_ids_run}', '--users=u0',
+           '--quantizations=float16', f'--output_dir={output_dir}'])
+  before = _snapshot(output_dir)
+  entries = manifest.read_manifest(output_dir, verify=True)
+  assert len(entries) == 2
+  # Another --top_k changes every model's bytes, another quantization adds
+  # files: a write into the earlier export would show.
+  stderr = _refusal([
+      f'--root_dir={odd_ids_run}', f'--users=u0,{_LONG_ID}',
+      '--quantizations=float16,float32', '--top_k=5',
+      f'--output_dir={output_dir}',
+  ])
+  assert 'Writing the export failed: [Errno 36] File name too long' in stderr
+  assert f'--output_dir={output_dir} is as it was' in stderr
+  assert _snapshot(output_dir) == before
+  assert manifest.read_manifest(output_dir, verify=True) == entries
+  # Nothing is left beside it.
+  assert os.listdir(os.path.dirname(output_dir)) == [
+      os.path.basename(output_dir)]
+
+
+# argv: MODULE ARGS...; runs MODULE as `python -m MODULE ARGS...` would, with
+# SIGINT raising KeyboardInterrupt whatever disposition was inherited.
+_RUN_MODULE_WITH_SIGINT_HANDLED = (
+    'import runpy, signal, sys\n'
+    'signal.signal(signal.SIGINT, signal.default_int_handler)\n'
+    'module = sys.argv.pop(1)\n'
+    'runpy.run_module(module, run_name="__main__", alter_sys=True)\n'
+)
+
+
+def _stop_export_half_way(root_dir, output_dir, signal_number, log_path):
+  """Starts exporting every user of `root_dir` to `output_dir`, sends
+  `signal_number` once the export has written its first model file, and
+  returns the exit status."""
+  with open(log_path, 'wb') as log:
+    process = subprocess.Popen(
+        [sys.executable, '-c', _RUN_MODULE_WITH_SIGINT_HANDLED,
+         'tff_fedrec.programs.export', f'--root_dir={root_dir}',
+         '--users=all', '--quantizations=float32,float16,dynamic_range',
+         f'--output_dir={output_dir}'],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    try:
+      staged = os.path.join(os.path.dirname(output_dir),
+                            f'.{os.path.basename(output_dir)}.*', '*',
+                            '*.tflite')
+      deadline = time.monotonic() + 300
+      while not glob.glob(staged):
+        assert process.poll() is None, open(log_path).read()
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+      # To the export and whatever it started: the session is its own.
+      os.killpg(process.pid, signal_number)
+      return process.wait(timeout=120)
+    finally:
+      if process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+@_SHARES_ODD_IDS_RUN
+def test_a_killed_export_leaves_the_earlier_one_and_the_next_cleans_up(
+    odd_ids_run, tmp_path
+):
+  output_dir = str(tmp_path / 'tflite')
+  _export([f'--root_dir={odd_ids_run}', '--users=u0',
+           '--quantizations=float32', f'--output_dir={output_dir}'])
+  before = _snapshot(output_dir)
+  entries = manifest.read_manifest(output_dir, verify=True)
+  status = _stop_export_half_way(odd_ids_run, output_dir, signal.SIGKILL,
+                                 tmp_path / 'export.log')
+  assert status == -signal.SIGKILL
+  leftovers = [name for name in os.listdir(tmp_path) if name.startswith('.')]
+  assert len(leftovers) == 1, leftovers
+  assert _snapshot(output_dir) == before
+  assert manifest.read_manifest(output_dir, verify=True) == entries
+  # The next export replaces the earlier one and deletes the leftover.
+  _export([f'--root_dir={odd_ids_run}', '--users=U0',
+           '--quantizations=float32', f'--output_dir={output_dir}'])
+  assert sorted(os.listdir(tmp_path)) == ['export.log', 'tflite']
+  assert [e.user for e in manifest.read_manifest(output_dir, verify=True)
+          ] == [None, 'U0']
+
+
+@_SHARES_ODD_IDS_RUN
+def test_ctrl_c_half_way_leaves_the_earlier_export_and_nothing_beside_it(
+    odd_ids_run, tmp_path
+):
+  output_dir = str(tmp_path / 'tflite')
+  _export([f'--root_dir={odd_ids_run}', '--users=u0',
+           '--quantizations=float32', f'--output_dir={output_dir}'])
+  before = _snapshot(output_dir)
+  log_path = tmp_path / 'export.log'
+  status = _stop_export_half_way(odd_ids_run, output_dir, signal.SIGINT,
+                                 log_path)
+  log = log_path.read_text()
+  assert status == 130, log
+  assert 'Interrupted. Nothing was exported: --output_dir is as it was' in log
+  assert 'Traceback' not in log
+  assert _snapshot(output_dir) == before
+  assert sorted(os.listdir(tmp_path)) == ['export.log', 'tflite']
+
+
+@_SHARES_ODD_IDS_RUN
+def test_exported_files_follow_the_umask(odd_ids_run, tmp_path):
+  output_dir = tmp_path / 'shared' / 'tflite'
+  result = _program('export', [
+      f'--root_dir={odd_ids_run}', '--users=u0',
+      '--quantizations=float32', f'--output_dir={output_dir}',
+  ], umask=0o027)
+  assert result.returncode == 0, result.stderr[-3000:]
+  modes = {path: stat.S_IMODE(os.stat(output_dir / path).st_mode)
+           for path in _snapshot(output_dir)}
+  # tempfile.mkstemp, which writes them, gives files 0o600.
+  assert modes == {
+      'manifest.json': 0o640, 'item_ids.json': 0o640,
+      'export_report.json': 0o640, 'tier_single': 0o750,
+      'tier_single/float32.tflite': 0o640, 'user_u0': 0o750,
+      'user_u0/float32.tflite': 0o640,
+  }
+  for folder in (output_dir, output_dir.parent):
+    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o750
+
+
+@_SHARES_ODD_IDS_RUN
+def test_empty_quantizations_are_refused_before_anything_is_written(
+    odd_ids_run, tmp_path
+):
+  run_before = _snapshot(odd_ids_run)
+  output_dir = tmp_path / 'tflite'
+  stderr = _refusal([f'--root_dir={odd_ids_run}', '--quantizations=',
+                     f'--output_dir={output_dir}'])
+  assert ('--quantizations is empty, so nothing would be exported: give one '
+          'or more of float32, float16, dynamic_range, full_integer') in stderr
+  assert os.listdir(tmp_path) == []
+  assert _snapshot(odd_ids_run) == run_before
+
+
+@_SHARES_ODD_IDS_RUN
+def test_a_folder_that_is_not_an_export_is_not_replaced(odd_ids_run):
+  before = _snapshot(odd_ids_run)
+  stderr = _refusal([f'--root_dir={odd_ids_run}', '--quantizations=float32',
+                     f'--output_dir={odd_ids_run}'])
+  assert f'--output_dir={odd_ids_run} holds files that are not an export' in (
+      stderr)
+  assert 'run.flags' in stderr
+  assert _snapshot(odd_ids_run) == before

@@ -19,11 +19,27 @@ import tempfile
 from typing import Union
 
 
+def current_umask() -> int:
+  """The process's umask, read without changing it (Linux reports it in
+  /proc; elsewhere it is set and restored at once)."""
+  try:
+    with open('/proc/self/status') as status:
+      for line in status:
+        if line.startswith('Umask:'):
+          return int(line.split()[1], 8)
+  except OSError:
+    pass
+  mask = os.umask(0o022)
+  os.umask(mask)
+  return mask
+
+
 def write_atomically(path: Union[str, os.PathLike], data: Union[str, bytes]
                      ) -> None:
   """Replaces `path` with `data` (str is written as UTF-8) atomically,
-  creating its directory if needed; on any failure `path` is untouched and
-  the temporary file is removed."""
+  creating its directory if needed, with the mode a new file gets under
+  the umask (0644 under 022); on any failure `path` is untouched and the
+  temporary file is removed."""
   target = pathlib.Path(path)
   target.parent.mkdir(parents=True, exist_ok=True)
   if isinstance(data, str):
@@ -34,6 +50,9 @@ def write_atomically(path: Union[str, os.PathLike], data: Union[str, bytes]
       dir=target.parent, prefix=f'.{target.name}.', suffix='.tmp'
   )
   try:
+    # mkstemp makes the file 0600; the result is a file the user shares
+    # (a summary, an export), so it gets the mode `open` would give it.
+    os.fchmod(handle, 0o666 & ~current_umask())
     with os.fdopen(handle, 'wb') as file:
       file.write(data)
       file.flush()

@@ -39,6 +39,12 @@ CACHE_DIR = flags.DEFINE_string(
 )
 
 
+# The synthetic generator's largest sizes: every user's interactions and the
+# item popularity are drawn in memory.
+MAX_SYNTHETIC_USERS = 100_000_000
+MAX_SYNTHETIC_ITEMS = 10_000_000
+
+
 def data_config(seed: int) -> datasets.DataConfig:
   """The data set the flags name, seeded by `seed`."""
   dataset = DATASET.value
@@ -57,8 +63,7 @@ def data_config(seed: int) -> datasets.DataConfig:
   return datasets.DataConfig(
       dataset=dataset,
       data_path=DATA_PATH.value,
-      separator=(None if SEPARATOR.value is None
-                 else SEPARATOR.value.encode().decode('unicode_escape')),
+      separator=separator(),
       header=header,
       cache_dir=CACHE_DIR.value,
       synthetic_users=SYNTHETIC_USERS.value,
@@ -68,6 +73,24 @@ def data_config(seed: int) -> datasets.DataConfig:
   )
 
 
+def separator():
+  """--separator with its backslash escapes (\\t, \\x1f) resolved, or None."""
+  if SEPARATOR.value is None:
+    return None
+  try:
+    # Latin-1 with backslash escapes for the rest: a non-ASCII separator
+    # ('¦', '€') comes back as itself, not as the bytes of its UTF-8.
+    return SEPARATOR.value.encode('latin-1', 'backslashreplace').decode(
+        'unicode_escape')
+  except UnicodeDecodeError as error:
+    raise group.FlagError(
+        f"--separator='{SEPARATOR.value}' is not a valid escape "
+        f'({error.reason}). Give the separator itself (--separator=";") or '
+        'a complete escape such as --separator="\\t" or "\\x1f"; a '
+        'literal backslash is "\\\\".'
+    ) from None
+
+
 def _check(entry) -> None:
   del entry
   data_config(seed=0)
@@ -75,6 +98,8 @@ def _check(entry) -> None:
     raise group.FlagError(
         f'--min_interactions must be >= 0; got {MIN_INTERACTIONS.value}.')
   group.require_positive(SYNTHETIC_USERS, SYNTHETIC_ITEMS)
+  group.require_at_most(SYNTHETIC_USERS, MAX_SYNTHETIC_USERS)
+  group.require_at_most(SYNTHETIC_ITEMS, MAX_SYNTHETIC_ITEMS)
   if SEPARATOR.value == '':
     raise group.FlagError(
         '--separator must not be empty (e.g. --separator=, or '

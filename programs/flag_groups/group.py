@@ -90,13 +90,30 @@ def int_list(name: str, values, length: int = 3) -> tuple[int, ...]:
   return parsed
 
 
+# The largest count a flag may give: TensorFlow's int32 shapes and loop
+# counters, and numpy's C longs, overflow above it.
+MAX_COUNT = 2**31 - 1
+
+
 def require_positive(*holders) -> None:
-  """FlagError for the first of `holders` below 1."""
+  """FlagError for the first of `holders` (counts; None is not checked)
+  below 1 or above `MAX_COUNT`."""
   for holder in holders:
     if holder.value is not None and holder.value < 1:
       raise FlagError(
           f'--{holder.name} must be at least 1; got {holder.value}.'
       )
+    require_at_most(holder, MAX_COUNT)
+
+
+def require_at_most(holder, limit: int, why: str = '') -> None:
+  """FlagError if `holder`'s value (None is not checked) is above `limit`:
+  a size that would overflow, or exhaust memory, before it ran."""
+  if holder.value is not None and holder.value > limit:
+    raise FlagError(
+        f'--{holder.name}={holder.value} is too large: at most {limit:,}'
+        + (f' ({why})' if why else '') + '.'
+    )
 
 
 def require_finite(*holders, positive: bool = False) -> None:

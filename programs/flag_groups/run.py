@@ -69,10 +69,26 @@ def clients_per_round(num_users: int):
   return CLIENTS_PER_ROUND.value
 
 
+# Training negatives per positive: a round's examples are this many times
+# its positives.
+MAX_NEGATIVES = 1000
+# numpy's and TensorFlow's seeds take 32 bits here (`np.random.default_rng`
+# would take more, TensorFlow's int64 seeds would not).
+MAX_SEED = 2**32 - 1
+
+
 def _check(entry) -> None:
   del entry
+  if not 0 <= SEED.value <= MAX_SEED:
+    raise group.FlagError(
+        f'--seed={SEED.value} is out of range: give an integer from 0 to '
+        f'{MAX_SEED}.'
+    )
   group.require_positive(ROUNDS, USERS_PER_TFF_CLIENT, CHECKPOINT_EVERY,
                          EVAL_EVERY, NEGATIVES, CLIENTS_PER_ROUND)
+  group.require_at_most(NEGATIVES, MAX_NEGATIVES,
+                        'each round holds positives x negatives examples; '
+                        'the papers use 4')
   if MAX_WORKER_RESTARTS.value < 0:
     raise group.FlagError(
         f'--max_worker_restarts must be >= 0; got {MAX_WORKER_RESTARTS.value}.'

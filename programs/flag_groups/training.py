@@ -69,6 +69,12 @@ MODEL = flags.DEFINE_enum(
 )
 
 
+# Sizes above these would exhaust memory (or a 32-bit dimension) before the
+# first round; the papers use 8 to 64 and layers of 8 to 256.
+MAX_EMBEDDING_DIM = 4096
+MAX_HIDDEN_UNITS = 65536
+
+
 def _check_training(entry) -> None:
   del entry
   group.require_positive(LOCAL_EPOCHS)
@@ -139,6 +145,11 @@ def hidden_units() -> tuple[int, ...] | None:
     raise group.FlagError(
         f'--hidden_units must be positive; got {",".join(HIDDEN_UNITS.value)}.'
     )
+  if any(u > MAX_HIDDEN_UNITS for u in units):
+    raise group.FlagError(
+        f'--hidden_units={",".join(HIDDEN_UNITS.value)} is too large: at '
+        f'most {MAX_HIDDEN_UNITS:,} units a layer.'
+    )
   return units
 
 
@@ -164,7 +175,11 @@ GROUPS = (
     ),
     group.FlagGroup(
         'embedding', 'the embedding width', (EMBEDDING_DIM,), _embedding,
-        lambda entry: group.require_positive(EMBEDDING_DIM),
+        lambda entry: (
+            group.require_positive(EMBEDDING_DIM),
+            group.require_at_most(EMBEDDING_DIM, MAX_EMBEDDING_DIM,
+                                  'the papers use 8 to 64'),
+        ),
     ),
     group.FlagGroup(
         'score_layers', 'the score function\'s layers', (HIDDEN_UNITS,),
