@@ -37,6 +37,7 @@ import grpc
 import tensorflow_federated as tff
 
 from tff_fedrec import worker_processes
+from tff_fedrec.programs import loopback_bind
 
 _PR_SET_PDEATHSIG = 1
 _GRPC_MAX_MESSAGE_BYTES = 2 * 1000 * 1000 * 1000
@@ -85,18 +86,45 @@ def _unused_port() -> int:
 def start_worker(
     *, port: Optional[int] = None, log_path: str = os.devnull
 ) -> tuple[subprocess.Popen, int]:
-  """Starts `worker_binary --port=N` tied to this process; returns (proc, port)."""
+  """Starts `worker_binary --port=N` tied to this process, listening on
+  127.0.0.1 only (`loopback_bind`; without a C compiler on every interface,
+  said once on stderr); returns (proc, port)."""
   port = port or _unused_port()
-  with open(log_path, 'ab') as log:
+  with open(log_path, 'ab') as log, _loopback_environment(port) as environment:
     process = subprocess.Popen(
         [sys.executable, '-I', '-S', '-c', _EXEC_WITH_PDEATHSIG,
          str(os.getpid()), worker_binary_path(), f'--port={port}'],
         stdin=subprocess.DEVNULL,
         stdout=log,
         stderr=log,
+        env=environment,
     )
   _wait_for_exec(process)
   return process, port
+
+
+_warned_about_every_interface = False
+
+
+@contextlib.contextmanager
+def _loopback_environment(port: int) -> Iterator[dict]:
+  """The environment of a local worker on `port`: its bind redirected to
+  127.0.0.1; without a compiler this process's own environment."""
+  global _warned_about_every_interface
+  try:
+    with loopback_bind.redirected_environment('127.0.0.1', port) as environment:
+      yield environment
+      return
+  except loopback_bind.BindRedirectError as error:
+    if not _warned_about_every_interface:
+      _warned_about_every_interface = True
+      print(
+          f'warning: the local TFF worker listens on every interface (port '
+          f'{port}), not only on 127.0.0.1: keeping it there needs a C '
+          f'compiler, and {error}. Anyone who reaches this machine\'s port '
+          'can run code in it while the run lasts; install gcc to close it.',
+          file=sys.stderr, flush=True)
+  yield dict(os.environ)
 
 
 def _wait_for_exec(process: subprocess.Popen, timeout_seconds=30.0) -> None:

@@ -2,6 +2,7 @@ import os
 import signal
 import socket
 import sys
+import time
 import types
 
 import grpc
@@ -10,6 +11,7 @@ import pytest
 import tensorflow_federated as tff
 
 from tff_fedrec.programs import execution
+from tff_fedrec.programs import loopback_bind
 
 
 def _alive(pid):
@@ -186,3 +188,20 @@ def test_an_address_that_closes_every_connection_fails_before_the_timeout(
       )
   finally:
     listener.close()
+
+
+def test_a_local_worker_listens_on_loopback_only():
+  # worker_binary binds [::] on its own: every interface, for a whole run.
+  process, port = execution.start_worker()
+  try:
+    deadline = time.monotonic() + 60
+    while not loopback_bind.listening_addresses(process.pid, port):
+      assert process.poll() is None and time.monotonic() < deadline
+      time.sleep(0.05)
+    assert loopback_bind.listening_addresses(process.pid, port) == {
+        '127.0.0.1'}
+    context = execution.make_remote_context(f'127.0.0.1:{port}')
+    with tff.framework.get_context_stack().install(context):
+      assert _add_one(np.float32(1.0)) == 2.0
+  finally:
+    execution.stop_worker(process)

@@ -12,8 +12,8 @@ the training program refuses addresses off this machine without
 
 Where it listens. TFF 0.87's binary has no flag for an address: it always
 binds `[::]:PORT`, every interface (`servers.cc`). Here it starts with a
-one-function library preloaded (`_BIND_SHIM_C`, compiled with the machine's C
-compiler into a private temporary folder) whose `bind()` puts `--listen` in
+one-function library preloaded (`loopback_bind`, compiled with the machine's
+C compiler into a private temporary folder) whose `bind()` puts `--listen` in
 place of that wildcard. For an IPv4 address it fails the IPv6 wildcard bind,
 and gRPC falls back to an IPv4 socket, which gets the address. It also drops
 the binary's SO_REUSEPORT there, so no second worker can share the port.
@@ -43,18 +43,17 @@ import importlib.util
 import ipaddress
 import os
 import pwd
-import shlex
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from typing import Iterator, Optional
 
 from absl import app
 from absl import flags
+
+from tff_fedrec.programs import loopback_bind
 
 
 def _is_ip_address(value: str) -> bool:
@@ -81,58 +80,6 @@ flags.register_validator(
     '0.0.0.0 or ::.',
 )
 
-_ADDRESS_VARIABLE = 'TFF_FEDREC_LISTEN_ADDRESS'
-_PORT_VARIABLE = 'TFF_FEDREC_LISTEN_PORT'
-
-_BIND_SHIM_C = r"""
-#define _GNU_SOURCE
-#include <arpa/inet.h>
-#include <dlfcn.h>
-#include <errno.h>
-#include <netinet/in.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
-
-typedef int (*bind_fn)(int, const struct sockaddr *, socklen_t);
-
-/* The wildcard address on port $%(port)s becomes $%(address)s. */
-int bind(int fd, const struct sockaddr *addr, socklen_t len) {
-  bind_fn real_bind = (bind_fn)dlsym(RTLD_NEXT, "bind");
-  const char *host = getenv("%(address)s"), *port = getenv("%(port)s");
-  struct sockaddr_in v4;
-  struct sockaddr_in6 v6;
-  int off = 0;
-  if (host == NULL || port == NULL) return real_bind(fd, addr, len);
-  if (addr->sa_family == AF_INET6 && len >= sizeof v6) {
-    memcpy(&v6, addr, sizeof v6);
-    if (ntohs(v6.sin6_port) != atoi(port) ||
-        !IN6_IS_ADDR_UNSPECIFIED(&v6.sin6_addr)) {
-      return real_bind(fd, addr, len);
-    }
-    if (inet_pton(AF_INET6, host, &v6.sin6_addr) != 1) {
-      errno = EADDRNOTAVAIL; /* gRPC then tries an IPv4 socket. */
-      return -1;
-    }
-    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &off, sizeof off);
-    return real_bind(fd, (const struct sockaddr *)&v6, sizeof v6);
-  }
-  if (addr->sa_family == AF_INET && len >= sizeof v4) {
-    memcpy(&v4, addr, sizeof v4);
-    if (ntohs(v4.sin_port) != atoi(port) ||
-        v4.sin_addr.s_addr != htonl(INADDR_ANY)) {
-      return real_bind(fd, addr, len);
-    }
-    if (inet_pton(AF_INET, host, &v4.sin_addr) != 1) {
-      errno = EADDRNOTAVAIL;
-      return -1;
-    }
-    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &off, sizeof off);
-    return real_bind(fd, (const struct sockaddr *)&v4, sizeof v4);
-  }
-  return real_bind(fd, addr, len);
-}
-""" % {'address': _ADDRESS_VARIABLE, 'port': _PORT_VARIABLE}
 
 _PR_SET_PDEATHSIG = 1
 _FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -196,41 +143,19 @@ def _bind_problem(address: str, port: int, error: OSError) -> str:
 
 @contextlib.contextmanager
 def _bind_shim_environment(address: str, port: int) -> Iterator[dict]:
-  """The binary's environment: `_BIND_SHIM_C` preloaded, compiled into a
-  private folder that lasts while the block runs (the binary has loaded it
-  by the time it listens). `::` is the binary's own bind: no shim."""
-  environment = dict(os.environ)
-  if address == '::':
-    yield environment
-    return
-  compiler = shlex.split(os.environ.get('CC', '')) or [
-      shutil.which('cc') or shutil.which('gcc') or 'cc']
-  if not shutil.which(compiler[0]):
+  """The binary's environment, its bind redirected to `address`
+  (`loopback_bind`); `::` is the binary's own bind."""
+  try:
+    with loopback_bind.redirected_environment(address, port) as environment:
+      yield environment
+  except loopback_bind.BindRedirectError as error:
     raise _WorkerError(
-        f'--listen={address} needs a C compiler ({compiler[0]}): TFF\'s '
+        f'--listen={address} needs a C compiler, and {error}: TFF\'s '
         'worker_binary has no flag for an address and listens on every '
         'interface, so this program compiles a small library that redirects '
         'its bind. Install one (e.g. `apt-get install gcc`), or pass '
         '--listen=:: to let it listen on every interface.'
-    )
-  with tempfile.TemporaryDirectory(prefix='tff_fedrec_worker_') as folder:
-    library = os.path.join(folder, 'bind_shim.so')
-    compiled = subprocess.run(
-        [*compiler, '-shared', '-fPIC', '-O2', '-o', library, '-x', 'c', '-',
-         '-ldl'],
-        input=_BIND_SHIM_C, capture_output=True, text=True, check=False,
-    )
-    if compiled.returncode != 0:
-      raise _WorkerError(
-          f'{shlex.join(compiler)} could not compile the bind library for '
-          f'--listen ({compiled.stderr.strip()}); pass --listen=:: to let '
-          'the worker listen on every interface without it.'
-      )
-    preload = os.environ.get('LD_PRELOAD')
-    environment['LD_PRELOAD'] = f'{library} {preload}' if preload else library
-    environment[_ADDRESS_VARIABLE] = address
-    environment[_PORT_VARIABLE] = str(port)
-    yield environment
+    ) from None
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -241,40 +166,6 @@ def _die_with_parent(parent_pid: int) -> None:
     os._exit(1)
 
 
-def _decode_proc_address(hex_address: str, family: socket.AddressFamily) -> str:
-  # /proc/net/tcp* writes each 32-bit word of the address in host byte order.
-  words = [bytes.fromhex(hex_address[i:i + 8])
-           for i in range(0, len(hex_address), 8)]
-  if sys.byteorder == 'little':
-    words = [word[::-1] for word in words]
-  return socket.inet_ntop(family, b''.join(words))
-
-
-def _listening_addresses(pid: int, port: int) -> set[str]:
-  """The addresses on which process `pid` has a TCP socket listening on
-  `port`, read from /proc; empty if it has none (or has ended)."""
-  inodes = set()
-  try:
-    for fd in os.listdir(f'/proc/{pid}/fd'):
-      with contextlib.suppress(OSError):  # The fd closed meanwhile.
-        target = os.readlink(f'/proc/{pid}/fd/{fd}')
-        if target.startswith('socket:['):
-          inodes.add(target[len('socket:['):-1])
-    addresses = set()
-    for table, family in (('tcp', socket.AF_INET), ('tcp6', socket.AF_INET6)):
-      with open(f'/proc/{pid}/net/{table}') as f:
-        next(f)
-        for line in f:
-          fields = line.split()
-          local_address, local_port = fields[1].split(':')
-          if (fields[3] == '0A' and int(local_port, 16) == port  # LISTEN
-              and fields[9] in inodes):
-            addresses.add(_decode_proc_address(local_address, family))
-  except OSError:  # The process ended.
-    return set()
-  return addresses
-
-
 def _wait_until_listening(
     process: subprocess.Popen, address: str, port: int
 ) -> Optional[set[str]]:
@@ -283,7 +174,7 @@ def _wait_until_listening(
   `address`, or not within `_LISTEN_TIMEOUT_SECONDS`."""
   deadline = time.monotonic() + _LISTEN_TIMEOUT_SECONDS
   while process.poll() is None:
-    listening = _listening_addresses(process.pid, port)
+    listening = loopback_bind.listening_addresses(process.pid, port)
     if listening:
       if {ipaddress.ip_address(a) for a in listening} != {
           ipaddress.ip_address(address)}:
