@@ -1,7 +1,10 @@
+from concurrent import futures
+import contextlib
 import os
 import signal
 import socket
 import sys
+import threading
 import time
 import types
 
@@ -96,13 +99,19 @@ def _unraisable(error):
   )
 
 
-def test_disposal_errors_hook_drops_grpc_errors_only():
-  passed_on = []
-  hook = execution.quiet_disposal_errors_hook(passed_on.append)
+def _assert_drops_disposal_errors_only(hook, passed_on):
+  """`hook` drops a disposal's gRPC error and passes a real bug on (to
+  the hook that appends to `passed_on`)."""
   hook(_unraisable(_DisposalError()))
   other = _unraisable(ValueError('a real bug'))
   hook(other)
   assert passed_on == [other]
+
+
+def test_disposal_errors_hook_drops_grpc_errors_only():
+  passed_on = []
+  _assert_drops_disposal_errors_only(
+      execution.quiet_disposal_errors_hook(passed_on.append), passed_on)
 
 
 def test_a_dead_worker_quiets_the_disposal_errors_that_follow():
@@ -117,10 +126,7 @@ def test_a_dead_worker_quiets_the_disposal_errors_that_follow():
     installed = sys.unraisablehook
   finally:
     sys.unraisablehook = previous
-  installed(_unraisable(_DisposalError()))
-  other = _unraisable(ValueError('a real bug'))
-  installed(other)
-  assert passed_on == [other]
+  _assert_drops_disposal_errors_only(installed, passed_on)
 
 
 def test_disposal_errors_are_quiet_inside_the_block_and_restored_after_it():
@@ -137,15 +143,11 @@ def test_disposal_errors_are_quiet_inside_the_block_and_restored_after_it():
     after = sys.unraisablehook
   finally:
     sys.unraisablehook = previous
-  inside(_unraisable(_DisposalError()))
-  other = _unraisable(ValueError('a real bug'))
-  inside(other)
-  assert passed_on == [other]
+  _assert_drops_disposal_errors_only(inside, passed_on)
   assert after == passed_on.append
 
 
 def test_a_grpc_server_without_the_executor_service_is_not_a_tff_worker():
-  from concurrent import futures  # pylint: disable=g-import-not-at-top
   server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
   port = server.add_insecure_port('127.0.0.1:0')
   server.start()
@@ -167,8 +169,6 @@ def test_an_address_that_closes_every_connection_fails_before_the_timeout(
 ):
   # As an SSH tunnel does with nothing at its far end: the connection is
   # accepted, so only the unanswered HTTP/2 preface tells.
-  import contextlib  # pylint: disable=g-import-not-at-top
-  import threading  # pylint: disable=g-import-not-at-top
   monkeypatch.setattr(execution, '_REFUSED_SECONDS', 0.2)
   listener = socket.create_server(('127.0.0.1', 0))
   port = listener.getsockname()[1]

@@ -11,6 +11,7 @@ finished binary leaves running.
 
 import contextlib
 import csv
+import hashlib
 import io
 import json
 import os
@@ -101,3 +102,32 @@ def read_metrics(root_dir: str) -> list[dict[str, str]]:
   """The rows of the metrics.csv a run wrote into `root_dir`."""
   with open(os.path.join(root_dir, 'metrics.csv')) as f:
     return list(csv.DictReader(f))
+
+
+def snapshot(root_dir: str) -> dict[str, str]:
+  """{relative path: SHA-256, or 'folder'} of everything under `root_dir`,
+  to check that a refusal left it byte for byte as it was."""
+  files = {}
+  for folder, folders, names in os.walk(root_dir):
+    for name in folders:
+      files[os.path.relpath(os.path.join(folder, name), root_dir)] = 'folder'
+    for name in names:
+      path = os.path.join(folder, name)
+      with open(path, 'rb') as f:
+        files[os.path.relpath(path, root_dir)] = hashlib.sha256(
+            f.read()).hexdigest()
+  return files
+
+
+def refused(
+    program: str, main: Callable[[Sequence[str]], None],
+    args: Sequence[str], *messages: str,
+) -> str:
+  """Runs `main` on `args`: it must exit non-zero without a traceback,
+  its stderr holding every one of `messages`; returns that stderr."""
+  status, stderr = exit_status_and_stderr(program, main, args)
+  assert status not in (None, 0), stderr
+  assert 'Traceback' not in stderr, stderr
+  for message in messages:
+    assert message in stderr, stderr
+  return stderr

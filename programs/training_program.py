@@ -191,13 +191,15 @@ def check_flags() -> registry.MethodEntry:
 
 
 def prepare_run(*, log: Callable[[str], None] = print,
-                starting: bool = True) -> PreparedRun:
+                starting: bool = True,
+                entry: Optional[registry.MethodEntry] = None) -> PreparedRun:
   """Checks the flags, loads the data and builds the method; `starting`
   (a training start, not an export, inside `run_directory.owned`) also
   checks the run directory (`run_directory.check_start`). Data that is not
   the data the run in --root_dir recorded is refused either way
-  (`run_directory.check_data`)."""
-  entry = check_flags()
+  (`run_directory.check_data`). `entry`: `check_flags()`'s answer, if the
+  caller has it."""
+  entry = entry or check_flags()
   if starting:
     run_directory.check_start(
         run_flags.ROOT_DIR.value, current_flags(), known_flags()
@@ -413,9 +415,9 @@ def _flag_lines() -> list[str]:
 def run() -> dict:
   """Runs the program from the parsed flags; returns the summary."""
   log = lambda line: print(line, flush=True)
-  check_flags()
+  entry = check_flags()
   with run_directory.owned(run_flags.ROOT_DIR.value):
-    prepared = prepare_run(log=log)
+    prepared = prepare_run(log=log, entry=entry)
     # A run none of whose checkpoints reads back is refused before the
     # directory is touched.
     training_loop.checkpoint_manager(prepared.root_dir).check_readable()

@@ -8,7 +8,6 @@ in the test process (`program_test_utils`); Ctrl-C goes through the binary.
 """
 
 import gzip
-import hashlib
 import os
 import shutil
 import signal
@@ -40,29 +39,12 @@ _RUN_MODULE_WITH_SIGINT_HANDLED = (
 )
 
 
-def _snapshot(root_dir) -> dict:
-  """{relative path: SHA-256} of every file under `root_dir`."""
-  files = {}
-  for folder, _, names in os.walk(root_dir):
-    for name in names:
-      path = os.path.join(folder, name)
-      with open(path, 'rb') as f:
-        files[os.path.relpath(path, root_dir)] = hashlib.sha256(
-            f.read()).hexdigest()
-  return files
+_snapshot = program_test_utils.snapshot
 
 
 def _refused(program, args, *messages):
-  """Runs `program` ('train' or 'export') on `args`: it must exit non-zero
-  without a traceback, its stderr holding every one of `messages`."""
   main = training_program.main if program == 'train' else export_program.main
-  status, stderr = program_test_utils.exit_status_and_stderr(
-      program, main, args)
-  assert status not in (None, 0), stderr
-  assert 'Traceback' not in stderr, stderr
-  for message in messages:
-    assert message in stderr, stderr
-  return stderr
+  return program_test_utils.refused(program, main, args, *messages)
 
 
 @pytest.fixture(scope='module')

@@ -297,18 +297,7 @@ def odd_ids_run(tmp_path_factory):
   return root_dir
 
 
-def _snapshot(folder) -> dict:
-  """{relative path: its bytes, or None for a folder} of everything under
-  `folder`."""
-  tree = {}
-  for parent, folders, names in os.walk(folder):
-    for name in folders:
-      tree[os.path.relpath(os.path.join(parent, name), folder)] = None
-    for name in names:
-      path = os.path.join(parent, name)
-      with open(path, 'rb') as f:
-        tree[os.path.relpath(path, folder)] = f.read()
-  return tree
+_snapshot = program_test_utils.snapshot
 
 
 @_SHARES_ODD_IDS_RUN

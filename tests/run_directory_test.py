@@ -6,7 +6,6 @@ the way out, and leave the directory byte for byte as it was (or, for a
 run another process holds, leave that run resumable).
 """
 
-import hashlib
 import os
 import shutil
 import signal
@@ -27,30 +26,12 @@ _SYNTHETIC = ['--dataset=synthetic', '--synthetic_users=30',
 _RUN = ['--method=pfedrec', *_SYNTHETIC, '--rounds=2']
 
 
-def _snapshot(root_dir) -> dict:
-  """{relative path: SHA-256} of every file under `root_dir`, and its
-  folders (an empty one counts)."""
-  files = {}
-  for folder, folders, names in os.walk(root_dir):
-    for name in folders:
-      files[os.path.relpath(os.path.join(folder, name), root_dir)] = 'folder'
-    for name in names:
-      path = os.path.join(folder, name)
-      with open(path, 'rb') as f:
-        files[os.path.relpath(path, root_dir)] = hashlib.sha256(
-            f.read()).hexdigest()
-  return files
+_snapshot = program_test_utils.snapshot
 
 
 def _refused(program, args, *messages):
   main = training_program.main if program == 'train' else export_program.main
-  status, stderr = program_test_utils.exit_status_and_stderr(
-      program, main, args)
-  assert status not in (None, 0), stderr
-  assert 'Traceback' not in stderr, stderr
-  for message in messages:
-    assert message in stderr, stderr
-  return stderr
+  return program_test_utils.refused(program, main, args, *messages)
 
 
 def _train(args):
