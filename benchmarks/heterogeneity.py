@@ -15,7 +15,7 @@ import time
 from absl import app
 from absl import flags
 
-from tff_fedrec import heterogeneity
+from tff_fedrec.algorithms.apfr_gkd import heterogeneity
 from tff_fedrec.tasks import datasets
 
 _DATASETS = flags.DEFINE_list(

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tff_fedrec import hetero_models
+from tff_fedrec.algorithms.hetefedrec import models as hetero_models
 from tff_fedrec import models
 from tff_fedrec.export import on_device_model
 

@@ -21,13 +21,13 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from tff_fedrec import gradient_compression
-from tff_fedrec import information_loss
-from tff_fedrec import local_training
+from tff_fedrec.algorithms.fedras import compression
+from tff_fedrec.algorithms.fedras import information_loss
+from tff_fedrec.algorithms.local_items import local_sgd
 from tff_fedrec import models
-from tff_fedrec.aggregators import row_codecs
-from tff_fedrec.aggregators import downlink_codecs
-from tff_fedrec.algorithms import exchanges
+from tff_fedrec.algorithms.fedras import row_codecs
+from tff_fedrec.algorithms.fedras import downlink_codecs
+from tff_fedrec.algorithms.local_items import exchanges
 from tff_fedrec.algorithms.fedras import bandwidths as fedras_bandwidths
 from tff_fedrec.algorithms.fedras import exchange as fedras_exchange
 from tff_fedrec.algorithms.fedras import methods as fedras
@@ -67,7 +67,7 @@ def _train_group(spec, table, user_table, users, data, training):
   params = collections.OrderedDict(
       item_embedding=start, user_embedding=tf.gather(user_table, users)
   )
-  result = local_training.train_users_locally(
+  result = local_sgd.train_users_locally(
       spec, models.merge_parameters(spec, params, {}),
       data['items'], data['labels'], data['num_examples'],
       batch_size=fedras.PAPER_TRAINING.batch_size,
@@ -145,7 +145,7 @@ def measure(data, *, rounds, rate, alpha, client_fraction, dim,
         if round_num:  # Round 0 traces.
           totals[name]['client_seconds'] += time.perf_counter() - clock
       for key, value in sent.items():
-        update_sum, participants = gradient_compression.scatter_rows(
+        update_sum, participants = compression.scatter_rows(
             value, group['num_rows'], group['row_ids'], num_items
         )
         previous = sums.get(key, (0.0, 0.0))

@@ -36,7 +36,7 @@ from typing import Iterator, Optional
 import grpc
 import tensorflow_federated as tff
 
-from tff_fedrec import worker_processes
+from tff_fedrec.programs import worker_processes
 from tff_fedrec.programs import loopback_bind
 
 _PR_SET_PDEATHSIG = 1

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from absl import flags
 import pytest
 
-from tff_fedrec import worker_processes
+from tff_fedrec.programs import worker_processes
 
 
 def _call_main(

@@ -19,7 +19,7 @@ import uuid
 
 import pytest
 
-from tff_fedrec import gradient_compression
+from tff_fedrec.algorithms.fedras import compression
 from tff_fedrec.algorithms import registry
 from tff_fedrec.programs import program_test_utils
 from tff_fedrec.programs import training_program
@@ -292,7 +292,7 @@ def test_fedras_bandwidths_per_tier_follow_the_tier_ratio(tmp_path):
       '0.9': 30, '0.8': 18, '0.5': 12
   }
   # Each tier's e_u is the action count of its rate on the run's items.
-  actions = lambda rate: gradient_compression.pick_parameter(
+  actions = lambda rate: compression.pick_parameter(
       'fedras', summary['num_items'], 8, rate
   )
   assert actions(0.9) < actions(0.8) < actions(0.5)

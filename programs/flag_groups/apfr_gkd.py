@@ -3,9 +3,9 @@ distillation (Zhao et al., Eq. 4-8, Algorithm 1)."""
 
 from absl import flags
 
-from tff_fedrec import heterogeneity
-from tff_fedrec import local_training
-from tff_fedrec.algorithms import local_item_training
+from tff_fedrec.algorithms.apfr_gkd import heterogeneity
+from tff_fedrec.algorithms.local_items import local_sgd
+from tff_fedrec.algorithms.local_items import client_training
 from tff_fedrec.algorithms.apfr_gkd import method as apfr_gkd
 from tff_fedrec.programs.flag_groups import group
 from tff_fedrec.templates import finalizers
@@ -28,7 +28,7 @@ BUFFER_SIZE = flags.DEFINE_integer(
     '(Eq. 6; FedGKD\'s 5).',
 )
 CLIENT_START = flags.DEFINE_enum(
-    'client_start', None, list(local_item_training.CLIENT_STARTS),
+    'client_start', None, list(client_training.CLIENT_STARTS),
     'APFR-GKD: where a client\'s local training starts each round (the two '
     'readings of Algorithm 1). download (default): the global model it '
     'downloads, keeping its user embedding; own_model (the presets): its '
@@ -53,7 +53,7 @@ TEMPERATURE = flags.DEFINE_float(
     'temperature', 1.0, 'APFR-GKD: tau of Eq. 7 (FedGKD\'s 1).'
 )
 DISTILLATION = flags.DEFINE_enum(
-    'distillation', 'binary', list(local_training.DISTILLATION_KINDS),
+    'distillation', 'binary', list(local_sgd.DISTILLATION_KINDS),
     'APFR-GKD: binary, the KL of each example\'s [sigmoid, 1 - sigmoid] '
     'at temperature tau; listwise, the KL of the softmax over a user\'s '
     'examples in a batch.',
@@ -86,7 +86,7 @@ def _arguments(context: group.BuildContext) -> dict:
       'buffer_size': BUFFER_SIZE.value,
       **group.given_fields((STUDENT_START, 'student_start')),
       'training': {
-          'distillation': local_item_training.DistillationOptions(
+          'distillation': client_training.DistillationOptions(
               weight=DISTILLATION_WEIGHT.value,
               temperature=TEMPERATURE.value, kind=DISTILLATION.value,
           ),

@@ -7,9 +7,9 @@ on the client for scoring. Any exchange (`exchanges`) carries the table.
 """
 
 from tff_fedrec import models
-from tff_fedrec.algorithms import exchanges
-from tff_fedrec.algorithms import local_item_method
-from tff_fedrec.algorithms import local_item_training
+from tff_fedrec.algorithms.local_items import exchanges
+from tff_fedrec.algorithms.local_items import item_method
+from tff_fedrec.algorithms.local_items import client_training
 from tff_fedrec.algorithms import method
 
 
@@ -19,19 +19,19 @@ def build_fedmf(
     seed: int = 0,
     embedding_dim: int = 32,
     hidden_units: tuple[int, ...] = (),
-    training: local_item_training.ClientTrainingConfig = (
-        local_item_training.ClientTrainingConfig(dual_personalization=False)),
+    training: client_training.ClientTrainingConfig = (
+        client_training.ClientTrainingConfig(dual_personalization=False)),
     exchange=exchanges.BroadcastOptions(),
     item_aggregator=None,
     model_aggregator=None,
-) -> local_item_method.LocalItemMethod:
+) -> item_method.LocalItemMethod:
   """Builds FedMF; MF has no score layers, so `hidden_units` must be empty."""
   if hidden_units:
     raise ValueError('FedMF has no score layers; drop --hidden_units.')
   spec = models.RecommenderSpec(
       'matrix_factorization', data.num_items, embedding_dim
   )
-  return local_item_method.build_method(
+  return item_method.build_method(
       spec, training, exchange, data=data, seed=seed,
       item_aggregator=item_aggregator, model_aggregator=model_aggregator,
   )

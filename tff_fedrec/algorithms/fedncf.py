@@ -8,9 +8,9 @@ updates alternate and fine-tuned item rows stay on the client. Any exchange
 """
 
 from tff_fedrec import models
-from tff_fedrec.algorithms import exchanges
-from tff_fedrec.algorithms import local_item_method
-from tff_fedrec.algorithms import local_item_training
+from tff_fedrec.algorithms.local_items import exchanges
+from tff_fedrec.algorithms.local_items import item_method
+from tff_fedrec.algorithms.local_items import client_training
 from tff_fedrec.algorithms import method
 
 
@@ -20,18 +20,18 @@ def build_fedncf(
     seed: int = 0,
     embedding_dim: int = 32,
     hidden_units: tuple[int, ...] = models.DEFAULT_NCF_HIDDEN_UNITS,
-    training: local_item_training.ClientTrainingConfig = (
-        local_item_training.ClientTrainingConfig(dual_personalization=False)),
+    training: client_training.ClientTrainingConfig = (
+        client_training.ClientTrainingConfig(dual_personalization=False)),
     exchange=exchanges.BroadcastOptions(),
     item_aggregator=None,
     model_aggregator=None,
-) -> local_item_method.LocalItemMethod:
+) -> item_method.LocalItemMethod:
   spec = models.RecommenderSpec(
       'neural_cf', data.num_items, embedding_dim,
       tuple(hidden_units) or models.DEFAULT_NCF_HIDDEN_UNITS,
       personal_score_layers=training.dual_personalization,
   )
-  return local_item_method.build_method(
+  return item_method.build_method(
       spec, training, exchange, data=data, seed=seed,
       item_aggregator=item_aggregator, model_aggregator=model_aggregator,
   )

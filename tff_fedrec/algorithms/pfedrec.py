@@ -14,9 +14,9 @@ Example:
 """
 
 from tff_fedrec import models
-from tff_fedrec.algorithms import exchanges
-from tff_fedrec.algorithms import local_item_method
-from tff_fedrec.algorithms import local_item_training
+from tff_fedrec.algorithms.local_items import exchanges
+from tff_fedrec.algorithms.local_items import item_method
+from tff_fedrec.algorithms.local_items import client_training
 from tff_fedrec.algorithms import method
 
 
@@ -26,12 +26,12 @@ def build_pfedrec(
     seed: int = 0,
     embedding_dim: int = 32,
     hidden_units: tuple[int, ...] = (),
-    training: local_item_training.ClientTrainingConfig = (
-        local_item_training.ClientTrainingConfig()),
+    training: client_training.ClientTrainingConfig = (
+        client_training.ClientTrainingConfig()),
     exchange=exchanges.BroadcastOptions(),
     item_aggregator=None,
     model_aggregator=None,
-) -> local_item_method.LocalItemMethod:
+) -> item_method.LocalItemMethod:
   """Builds PFedRec; `training.dual_personalization` must stay True."""
   if not training.dual_personalization:
     raise ValueError(
@@ -42,7 +42,7 @@ def build_pfedrec(
       'score_function', data.num_items, embedding_dim, tuple(hidden_units),
       personal_score_layers=True,
   )
-  return local_item_method.build_method(
+  return item_method.build_method(
       spec, training, exchange, data=data, seed=seed,
       item_aggregator=item_aggregator, model_aggregator=model_aggregator,
   )

@@ -120,7 +120,7 @@ _ENTRIES = (
                 LEAVE_ONE_OUT,
                 _LOCAL_SGD + ('user_embedding', 'score_layers', *_EXCHANGE),
                 f'{_PFEDREC}, baseline'),
-    MethodEntry('fedrecon', f'{_ALGORITHMS}.fedrecon:build_fedrecon',
+    MethodEntry('fedrecon', f'{_ALGORITHMS}.fedrecon.method:build_fedrecon',
                 LEAVE_ONE_OUT, _LOCAL_SGD, f'{_PFEDREC}, baseline'),
     _fedras('fedras', 'build_fedras', 'fedras'),
     _fedras('fedras_e', 'build_fedras', 'fedras',

@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_fedrec import distillation
+from tff_fedrec.algorithms.hetefedrec import reskd
 from tff_fedrec.aggregators import keyed
 from tff_fedrec.programs import execution
 from tff_fedrec.templates import composer
@@ -229,10 +229,10 @@ def test_ensemble_distillation_runs_after_the_inner_finalizer():
                         tables):
     np.testing.assert_array_equal(got, table)
   # Distillation on the 3 items the (seed, round) shuffle picks, as
-  # `distillation.ensemble_distillation` does it alone.
+  # `reskd.ensemble_distillation` does it alone.
   items = tf.random.experimental.stateless_shuffle(
       tf.range(8), seed=tf.constant([4, 0], tf.int64))[:3]
-  want = distillation.ensemble_distillation(
+  want = reskd.ensemble_distillation(
       [tf.constant(t) for t in tables], items, learning_rate=0.01,
       step_rule='adam')
   for got, expected in zip(state['global_parameters']['item_tables'],

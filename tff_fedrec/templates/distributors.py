@@ -23,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_fedrec import gradient_compression
+from tff_fedrec.algorithms.fedras import compression
 
 
 @tff.tensorflow.computation
@@ -249,7 +249,7 @@ def catch_up(codec, *, replaces: bool, history: int, copy, synced, round_num,
   """
   num_items, dim = table.shape
   dense = tf.constant(
-      gradient_compression.dense_bytes(num_items, dim), tf.int64
+      compression.dense_bytes(num_items, dim), tf.int64
   )
 
   def message_of(r):

@@ -33,7 +33,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_fedrec import adam
-from tff_fedrec import distillation
+from tff_fedrec.algorithms.hetefedrec import reskd
 
 
 @tff.tensorflow.computation
@@ -197,7 +197,7 @@ class WithEnsembleDistillation:
           seed=tf.stack([tf.constant(seed, tf.int64),
                          tf.cast(round_num, tf.int64)]),
       )[: min(subset, num_items)]
-      result = distillation.ensemble_distillation(
+      result = reskd.ensemble_distillation(
           tables, item_ids, learning_rate=learning_rate, step_rule='adam',
       )
       distilled = collections.OrderedDict(params)

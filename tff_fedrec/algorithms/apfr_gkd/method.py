@@ -36,7 +36,7 @@ A round (Algorithm 1, the order of docs/methods/apfr_gkd.md):
       the buffered model with the user's own p_i as it was before this
       phase; the server averages, pushes, replaces (lines 12-15).
 
-Both phases are the process of `local_item_training.build_process`, with
+Both phases are the process of `client_training.build_process`, with
 `distributors.TeacherBroadcast` and `finalizers.BufferedGlobalModel` (the
 buffer is server state, so checkpointed); Dual runs two processes of the
 same server state one after the other, two downloads and two uploads a
@@ -57,12 +57,12 @@ from typing import Optional
 
 import tensorflow_federated as tff
 
-from tff_fedrec import heterogeneity
+from tff_fedrec.algorithms.apfr_gkd import heterogeneity
 from tff_fedrec import models
 from tff_fedrec.aggregators import population_mean
-from tff_fedrec.algorithms import exchanges
-from tff_fedrec.algorithms import local_item_method
-from tff_fedrec.algorithms import local_item_training
+from tff_fedrec.algorithms.local_items import exchanges
+from tff_fedrec.algorithms.local_items import item_method
+from tff_fedrec.algorithms.local_items import client_training
 from tff_fedrec.algorithms import method
 from tff_fedrec.templates import distributors
 from tff_fedrec.templates import finalizers
@@ -81,18 +81,18 @@ _DUAL_PHASE_FIRST_KEYS = ('user_embedding', 'score_layers')
 # The item rows' rate is a tenth of PFedRec's rule (0.1 x |I| x 8: 1,345.6
 # on ML-100K): with ten local epochs PFedRec's x 80 diverges
 # (docs/results/apfr_gkd.md).
-DEFAULT_TRAINING = local_item_training.ClientTrainingConfig(
+DEFAULT_TRAINING = client_training.ClientTrainingConfig(
     learning_rate=0.1,
     item_lr_eta=8.0,
     local_epochs=10,
     dual_personalization=False,
     keeps_trained_model=True,
-    distillation=local_item_training.DistillationOptions(),
+    distillation=client_training.DistillationOptions(),
 )
 
 
 @dataclasses.dataclass(frozen=True)
-class APFRGKDMethod(local_item_method.LocalItemMethod):
+class APFRGKDMethod(item_method.LocalItemMethod):
   """APFR-GKD (module docstring).
 
   Attributes (besides `LocalItemMethod`'s; `process` is the KD phase's):
@@ -207,7 +207,7 @@ def build_apfr_gkd(
     seed: int = 0,
     embedding_dim: int = 32,
     hidden_units: tuple[int, ...] = (32,),
-    training: local_item_training.ClientTrainingConfig = DEFAULT_TRAINING,
+    training: client_training.ClientTrainingConfig = DEFAULT_TRAINING,
     personalization: str = 'auto',
     heterogeneity_threshold: float = heterogeneity.DEFAULT_THRESHOLD,
     buffer_size: int = 5,
@@ -244,7 +244,7 @@ def build_apfr_gkd(
         'APFR-GKD trains its KD phase jointly; its PFedRec-style phase is '
         '--personalization=dual. Drop --dual_personalization.')
   distillation = training.distillation or (
-      local_item_training.DistillationOptions())
+      client_training.DistillationOptions())
   if ablation == 'no_kd':
     distillation = dataclasses.replace(distillation, weight=0.0)
   if ablation == 'no_buffer':
@@ -293,7 +293,7 @@ def build_apfr_gkd(
     )
 
   def process_of(phase_training):
-    return local_item_training.build_process(
+    return client_training.build_process(
         spec, params, phase_training, exchange,
         distributor=distributors.TeacherBroadcast(),
         finalizer=finalizers.BufferedGlobalModel(

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tff_fedrec.algorithms import local_item_training
+from tff_fedrec.algorithms.local_items import client_training
 from tff_fedrec.algorithms import method
 from tff_fedrec.algorithms.apfr_gkd import method as apfr_gkd
 from tff_fedrec.programs import execution
@@ -51,11 +51,11 @@ def _build(client_start, **options):
   offsets = np.array([0, 2, 4, 5])
   data = method.RunData(_NUM_USERS, _NUM_ITEMS, offsets,
                         np.array([1, 3, 0, 8, 4]))
-  training = local_item_training.ClientTrainingConfig(
+  training = client_training.ClientTrainingConfig(
       learning_rate=_LEARNING_RATE, item_learning_rate=_ITEM_LEARNING_RATE,
       user_learning_rate=_USER_LEARNING_RATE, batch_size=16, local_epochs=1,
       dual_personalization=False, client_start=client_start,
-      distillation=local_item_training.DistillationOptions(
+      distillation=client_training.DistillationOptions(
           weight=_MU, temperature=_TAU),
   )
   return apfr_gkd.build_apfr_gkd(

@@ -32,7 +32,7 @@ import dataclasses
 
 import tensorflow as tf
 
-from tff_fedrec import local_training as shared_local_training
+from tff_fedrec.algorithms.local_items import local_sgd as shared_local_training
 from tff_fedrec import scoring
 from tff_fedrec.algorithms.fedrap import losses
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tff_fedrec import local_training as shared_local_training
+from tff_fedrec.algorithms.local_items import local_sgd as shared_local_training
 from tff_fedrec.algorithms.fedrap import local_training
 
 _NUM_ITEMS, _DIM = 12, 3

@@ -16,7 +16,7 @@
 The model is PFedRec's one-layer score function on the item vector
 D^(u)_j + C_j (`models`' 'score_function', score layers client-local),
 so evaluation and export are those of every item-table method
-(`local_item_method.ItemTableMethod`) with that vector.
+(`item_method.ItemTableMethod`) with that vector.
 
 Example:
   >>> method = build_fedrap(data=run_data, seed=0)
@@ -31,8 +31,8 @@ import numpy as np
 import tensorflow_federated as tff
 
 from tff_fedrec import models
-from tff_fedrec.algorithms import exchanges
-from tff_fedrec.algorithms import local_item_method
+from tff_fedrec.algorithms.local_items import exchanges
+from tff_fedrec.algorithms.local_items import item_method
 from tff_fedrec.algorithms import method
 from tff_fedrec.algorithms.fedrap import client_state
 from tff_fedrec.algorithms.fedrap import local_training
@@ -51,7 +51,7 @@ def global_table_sparsity(table) -> float:
 
 
 @dataclasses.dataclass(frozen=True)
-class FedRAPMethod(local_item_method.ItemTableMethod):
+class FedRAPMethod(item_method.ItemTableMethod):
   """FedRAP (module docstring).
 
   Attributes:
@@ -130,7 +130,7 @@ class FedRAPMethod(local_item_method.ItemTableMethod):
     layer."""
     del tier  # One size.
     table = np.asarray(self.global_parameters(server_state)['item_embedding'])
-    return local_item_method.on_device_tier_model(
+    return item_method.on_device_tier_model(
         self.spec, {'item_embedding': table + self.initial_personal_table},
         self.initial_parameters, store,
     )

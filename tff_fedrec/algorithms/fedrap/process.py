@@ -23,7 +23,7 @@ Types (`composer` gives S and M):
   C = <local_parameters: L, personal_item_ids int32[U, T],
        personal_item_rows float32[U, T, d]>, returned to the program,
        which merges the rows into each user's D^(i) (`client_state`)
-  D = `local_item_training.client_data_type` of a broadcast, plus
+  D = `client_training.client_data_type` of a broadcast, plus
       personal_rows float32[U, T, d]: each user's rows of D^(i) for its
       round's items
   upload = <update=<item: float32[I, d]>, weight=U,
@@ -37,8 +37,8 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_fedrec.aggregators import keyed
-from tff_fedrec.algorithms import exchanges
-from tff_fedrec.algorithms import local_item_training
+from tff_fedrec.algorithms.local_items import exchanges
+from tff_fedrec.algorithms.local_items import client_training
 from tff_fedrec.algorithms.fedrap import local_training
 from tff_fedrec.templates import composer
 from tff_fedrec.templates import distributors
@@ -62,7 +62,7 @@ def initial_client_state(score_layers, embedding_dim: int):
 
 def client_data_type(num_items: int, embedding_dim: int):
   """D of the module docstring."""
-  data_type = local_item_training.client_data_type(
+  data_type = client_training.client_data_type(
       exchanges.BroadcastExchange(num_items)
   )
   data_type['personal_rows'] = tff.TensorType(

@@ -10,7 +10,7 @@ from typing import Optional
 
 import numpy as np
 
-from tff_fedrec import gradient_compression
+from tff_fedrec.algorithms.fedras import compression
 
 
 @dataclasses.dataclass(frozen=True)
@@ -19,7 +19,7 @@ class ClientBandwidths:
 
   Homogeneous (the paper's main runs, Sec. 5.1): e_u = C_e for all, the
   FedRAS action count whose message meets `compression_rate`
-  (`gradient_compression.pick_parameter('fedras', N, d, rate)`, counting
+  (`compression.pick_parameter('fedras', N, d, rate)`, counting
   the group indices; the paper's N (1 - CR) omits them). Heterogeneous
   (Sec. 5.5): user u draws its rate CR_u uniformly from
   `compression_rate_range` once (seeded by (seed, u), so every round and a
@@ -64,7 +64,7 @@ class ClientBandwidths:
         )
 
   def _actions(self, rate: float) -> int:
-    return gradient_compression.pick_parameter(
+    return compression.pick_parameter(
         'fedras', self.num_items, self.dim, rate
     )
 

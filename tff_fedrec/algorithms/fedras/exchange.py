@@ -18,7 +18,7 @@ the item table and applies the actions it receives (line 24).
                        copies, catch-up and byte accounting, and FedAvg
                        aggregation ("the classical FL algorithm FedAvg").
                        Their download has the k or rank
-                       `gradient_compression.pick_parameter` gives the
+                       `compression.pick_parameter` gives the
                        [N, d] table at the rate; their uploads get FedRAS's
                        per-user byte budget (`row_codecs.upload_budget`).
 
@@ -48,7 +48,7 @@ Interpretations of the paper:
   - CoLR's client trains A through the loss as the authors' public code
     does: its item-row gradients are mapped into the row space of the
     round's shared B, scaled by sqrt(d / r_u)
-    (`gradient_compression.colr_gradient_map`); unlike that code, the
+    (`compression.colr_gradient_map`); unlike that code, the
     baselines aggregate by FedAvg, as the paper compares them.
 
 Example:
@@ -63,11 +63,11 @@ from typing import Optional
 
 import numpy as np
 
-from tff_fedrec import action_clustering
-from tff_fedrec import gradient_compression
-from tff_fedrec.aggregators import downlink_codecs
-from tff_fedrec.aggregators import row_codecs
-from tff_fedrec.algorithms import exchanges
+from tff_fedrec import clustering
+from tff_fedrec.algorithms.fedras import compression
+from tff_fedrec.algorithms.fedras import downlink_codecs
+from tff_fedrec.algorithms.fedras import row_codecs
+from tff_fedrec.algorithms.local_items import exchanges
 from tff_fedrec.algorithms.fedras import bandwidths as bandwidths_lib
 
 ABLATIONS = ('E', 'F', 'T')
@@ -101,7 +101,7 @@ class FedRASOptions:
   tier_compression_rates: Optional[tuple[float, float, float]] = None
   catch_up_rounds: int = DEFAULT_CATCH_UP_ROUNDS
   resync_when_cheaper: bool = False
-  num_iterations: int = action_clustering.DEFAULT_LLOYD_ITERATIONS
+  num_iterations: int = clustering.DEFAULT_LLOYD_ITERATIONS
 
   def __post_init__(self):
     if self.ablation is not None and self.ablation not in ABLATIONS:
@@ -188,7 +188,7 @@ def baseline_codecs(
   upload, downlink = _BASELINE_CODECS[scheme]
   return upload(), downlink(
       num_items, embedding_dim,
-      gradient_compression.pick_parameter(
+      compression.pick_parameter(
           scheme, num_items, embedding_dim, compression_rate
       ),
   )
@@ -201,7 +201,7 @@ class CodecBaselineOptions:
   Upload: each user's k_u or rank r_u is the largest whose message fits
   the bytes of its FedRAS upload at bandwidth e_u = C_e
   (`row_codecs.TopK`, `Svd`, `Colr`). Download: the k or rank
-  `gradient_compression.pick_parameter(scheme, N, d, compression_rate)` of
+  `compression.pick_parameter(scheme, N, d, compression_rate)` of
   the [N, d] table. Aggregation is FedAvg.
 
   Example: N = 24, d = 4, rate 0.78 (C_e = 4): a user with T_u = 7 rows

@@ -1,6 +1,6 @@
 """FedRAS (Lu et al., KDD 2025) and the compression baselines of its Sec. 5.1.
 
-Every builder makes a `local_item_method.LocalItemMethod`: FedMF
+Every builder makes a `item_method.LocalItemMethod`: FedMF
 (`model='mf'`) or FedNCF with a global MLP (`model='ncf'`, Sec. 5.1) whose
 item table travels through an exchange of `fedras.exchange`:
 
@@ -27,15 +27,15 @@ import dataclasses
 from typing import Optional
 
 from tff_fedrec import models
-from tff_fedrec.algorithms import exchanges
-from tff_fedrec.algorithms import local_item_method
-from tff_fedrec.algorithms import local_item_training
+from tff_fedrec.algorithms.local_items import exchanges
+from tff_fedrec.algorithms.local_items import item_method
+from tff_fedrec.algorithms.local_items import client_training
 from tff_fedrec.algorithms import method
 from tff_fedrec.algorithms.fedras import exchange as exchange_lib
 
 # Sec. 5.1: SGD, batch size 256, 2 local epochs; 4 negatives per positive
 # are the protocol's.
-PAPER_TRAINING = local_item_training.ClientTrainingConfig(
+PAPER_TRAINING = client_training.ClientTrainingConfig(
     batch_size=256, local_epochs=2, dual_personalization=False
 )
 # Sec. 5.1: "three feedforward layers with 64, 32, and 16 dimensions".
@@ -60,7 +60,7 @@ def model_spec(model: str, num_items: int, embedding_dim: int,
   )
 
 
-def _check_training(training: local_item_training.ClientTrainingConfig):
+def _check_training(training: client_training.ClientTrainingConfig):
   if training.dual_personalization:
     raise ValueError(
         'FedRAS and its baselines train without dual personalization '
@@ -74,19 +74,19 @@ def build_fedras(
     seed: int = 0,
     embedding_dim: int = 32,
     hidden_units: tuple[int, ...] = (),
-    training: local_item_training.ClientTrainingConfig = PAPER_TRAINING,
+    training: client_training.ClientTrainingConfig = PAPER_TRAINING,
     model: str = 'mf',
     exchange: exchange_lib.FedRASOptions = exchange_lib.FedRASOptions(),
     ablation: Optional[str] = None,
     item_aggregator=None,
     model_aggregator=None,
-) -> local_item_method.LocalItemMethod:
+) -> item_method.LocalItemMethod:
   """FedRAS on FedMF (`model='mf'`) or FedNCF; `ablation` (None, 'E', 'F',
   'T') overrides the options' (the registry's fedras_e / _f / _t)."""
   _check_training(training)
   if ablation is not None:
     exchange = dataclasses.replace(exchange, ablation=ablation)
-  return local_item_method.build_method(
+  return item_method.build_method(
       model_spec(model, data.num_items, embedding_dim, hidden_units),
       training, exchange, data=data, seed=seed,
       item_aggregator=item_aggregator, model_aggregator=model_aggregator,
@@ -100,19 +100,19 @@ def build_codec_baseline(
     seed: int = 0,
     embedding_dim: int = 32,
     hidden_units: tuple[int, ...] = (),
-    training: local_item_training.ClientTrainingConfig = PAPER_TRAINING,
+    training: client_training.ClientTrainingConfig = PAPER_TRAINING,
     model: str = 'mf',
     exchange: Optional[exchange_lib.CodecBaselineOptions] = None,
     item_aggregator=None,
     model_aggregator=None,
-) -> local_item_method.LocalItemMethod:
+) -> item_method.LocalItemMethod:
   """Topk, SVD or CoLR of Sec. 5.1 (`exchange_lib.CodecBaselineOptions`);
   `exchange`'s scheme is replaced by `scheme`."""
   _check_training(training)
   exchange = dataclasses.replace(
       exchange or exchange_lib.CodecBaselineOptions(scheme), scheme=scheme
   )
-  return local_item_method.build_method(
+  return item_method.build_method(
       model_spec(model, data.num_items, embedding_dim, hidden_units),
       training, exchange, data=data, seed=seed,
       item_aggregator=item_aggregator, model_aggregator=model_aggregator,
@@ -137,12 +137,12 @@ def build_base_small_dim(
     seed: int = 0,
     embedding_dim: int = 32,
     hidden_units: tuple[int, ...] = (),
-    training: local_item_training.ClientTrainingConfig = PAPER_TRAINING,
+    training: client_training.ClientTrainingConfig = PAPER_TRAINING,
     model: str = 'mf',
     compression_rate: float = 0.9375,
     item_aggregator=None,
     model_aggregator=None,
-) -> local_item_method.LocalItemMethod:
+) -> item_method.LocalItemMethod:
   """"Base" of Sec. 5.1: FedAvg on FedMF / FedNCF with every embedding of
   width `small_embedding_dim(embedding_dim, compression_rate)`; the NCF
   MLP keeps its hidden units. Bytes as `exchanges.BroadcastExchange`
@@ -157,7 +157,7 @@ def build_base_small_dim(
       model, data.num_items,
       small_embedding_dim(embedding_dim, compression_rate), hidden_units,
   )
-  return local_item_method.build_method(
+  return item_method.build_method(
       spec, training,
       exchanges.BroadcastOptions(reference_embedding_dim=embedding_dim),
       data=data, seed=seed, item_aggregator=item_aggregator,

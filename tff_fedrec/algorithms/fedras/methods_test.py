@@ -2,8 +2,8 @@
 
 The reference (`_reference_rounds`) is Algorithm 1 one user at a time in
 numpy, built from the pure-TF pieces the paper's steps name
-(`local_training.train_locally`, `action_clustering`, `cluster_and_split`,
-`gradient_compression`), none of the process's own codecs. It trains on
+(`local_sgd.train_locally`, `action_clustering`, `cluster_and_split`,
+`compression`), none of the process's own codecs. It trains on
 the user's whole table copy, where the process trains a compact table of
 the user's items: the same SGD, since only a batch's rows move.
 
@@ -18,14 +18,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tff_fedrec import action_clustering
-from tff_fedrec import cluster_and_split
-from tff_fedrec import evaluation
-from tff_fedrec import gradient_compression
-from tff_fedrec import local_training
+from tff_fedrec.algorithms.fedras import action_clustering
+from tff_fedrec.algorithms.fedras import cluster_and_split
+from tff_fedrec.algorithms.local_items import item_scoring
+from tff_fedrec.algorithms.fedras import compression
+from tff_fedrec.algorithms.local_items import local_sgd
 from tff_fedrec import models
-from tff_fedrec.algorithms import exchanges
-from tff_fedrec.algorithms import local_item_training
+from tff_fedrec.algorithms.local_items import exchanges
+from tff_fedrec.algorithms.local_items import client_training
 from tff_fedrec.algorithms import method as method_lib
 from tff_fedrec.algorithms.fedras import bandwidths as fedras_bandwidths
 from tff_fedrec.algorithms.fedras import exchange as fedras_exchange
@@ -36,7 +36,7 @@ _NUM_ITEMS = 24
 _DIM = 4
 _NUM_USERS = 5
 _EXAMPLES = 8  # Per user and round: one traced shape for the reference.
-_TRAINING = local_item_training.ClientTrainingConfig(
+_TRAINING = client_training.ClientTrainingConfig(
     learning_rate=0.5,
     item_learning_rate=2.0,
     batch_size=4,
@@ -109,14 +109,14 @@ def _upload_parameter(scheme, num_rows, dim, bandwidth):
   """A baseline's k or rank for an upload of num_rows rows: the largest
   whose bytes fit what FedRAS would send (min(T_u, e_u) actions), by search
   over every parameter; 1 if none fits."""
-  budget = gradient_compression.encoded_bytes(
+  budget = compression.encoded_bytes(
       'fedras', num_rows, dim, min(num_rows, bandwidth)
   )
   largest = min(num_rows, dim) if scheme == 'svd' else dim
   return max(
       [1] + [
           p for p in range(1, largest + 1)
-          if gradient_compression.encoded_bytes(scheme, num_rows, dim, p)
+          if compression.encoded_bytes(scheme, num_rows, dim, p)
           <= budget
       ]
   )
@@ -173,7 +173,7 @@ class _Reference:
 
   def _colr_factor(self, rank, round_num):
     """The first `rank` rows of the round's CoLR factor B [d, d]."""
-    return gradient_compression.colr_projection(
+    return compression.colr_projection(
         self._round_seed(round_num), _DIM, _DIM
     )[:rank]
 
@@ -183,7 +183,7 @@ class _Reference:
     if self.scheme != 'colr':
       return None
     rank = _upload_parameter('colr', num_rows, _DIM, bandwidth)
-    return gradient_compression.colr_gradient_map(
+    return compression.colr_gradient_map(
         self._colr_factor(rank, round_num)
     )
 
@@ -198,25 +198,25 @@ class _Reference:
           message.actions, message.action_index
       )
       self.clustered_uploads += int(message.compressed)
-      sent = gradient_compression.encoded_bytes(
+      sent = compression.encoded_bytes(
           'fedras', n, d, int(message.actions.shape[0])
       )
     else:
       parameter = _upload_parameter(self.scheme, n, d, bandwidth)
       self.upload_parameters.append(parameter)
-      sent = gradient_compression.encoded_bytes(self.scheme, n, d, parameter)
+      sent = compression.encoded_bytes(self.scheme, n, d, parameter)
       if self.scheme == 'top_k':
-        decoded = gradient_compression.top_k_decode(
-            gradient_compression.top_k_encode(rows, parameter), d
+        decoded = compression.top_k_decode(
+            compression.top_k_encode(rows, parameter), d
         )
       elif self.scheme == 'svd':
-        decoded = gradient_compression.low_rank_decode(
-            gradient_compression.svd_encode(rows, parameter)
+        decoded = compression.low_rank_decode(
+            compression.svd_encode(rows, parameter)
         )
       else:
         projection = self._colr_factor(parameter, round_num)
-        decoded = gradient_compression.colr_decode(
-            gradient_compression.colr_encode(rows, projection), projection
+        decoded = compression.colr_decode(
+            compression.colr_encode(rows, projection), projection
         )
         # Trained through the loss, the update lies in B_r's row space.
         np.testing.assert_allclose(decoded, rows, atol=1e-4)
@@ -241,27 +241,27 @@ class _Reference:
         actions = cluster_and_split.actions_at(payload, split, groups)
         return (
             np.asarray(action_clustering.decode_actions(*actions)),
-            gradient_compression.encoded_bytes('fedras', n, d, groups),
+            compression.encoded_bytes('fedras', n, d, groups),
         )
 
       return decode
     if self.scheme == 'top_k':
-      rows = gradient_compression.top_k_decode(
-          gradient_compression.top_k_encode(payload, self.downlink_parameter),
+      rows = compression.top_k_decode(
+          compression.top_k_encode(payload, self.downlink_parameter),
           d,
       )
     elif self.scheme == 'svd':
-      rows = gradient_compression.low_rank_decode(
-          gradient_compression.svd_encode(payload, self.downlink_parameter)
+      rows = compression.low_rank_decode(
+          compression.svd_encode(payload, self.downlink_parameter)
       )
     else:
-      projection = gradient_compression.colr_projection(
+      projection = compression.colr_projection(
           self._round_seed(round_num), self.downlink_parameter, d
       )
-      rows = gradient_compression.colr_decode(
-          gradient_compression.colr_encode(payload, projection), projection
+      rows = compression.colr_decode(
+          compression.colr_encode(payload, projection), projection
       )
-    sent = gradient_compression.encoded_bytes(
+    sent = compression.encoded_bytes(
         self.scheme, n, d, self.downlink_parameter
     )
     return lambda bandwidth: (np.asarray(rows), sent)
@@ -277,7 +277,7 @@ class _Reference:
         self.messages_applied += 1
         return sent
       return 0
-    dense = gradient_compression.dense_bytes(*self.table.shape)
+    dense = compression.dense_bytes(*self.table.shape)
     if round_num - start > self.history:
       self.copy[user] = self.table.copy()
       self.resynced.append(user)
@@ -307,7 +307,7 @@ class _Reference:
       global_part = collections.OrderedDict(item_embedding=copy)
       global_part.update(self.theta)
       ids = np.unique(user_data['items'])
-      result = local_training.train_locally(
+      result = local_sgd.train_locally(
           self.spec,
           models.merge_parameters(
               self.spec, global_part,
@@ -411,7 +411,7 @@ def _run_and_compare(method, reference, schedule=_SCHEDULE, bandwidth=None):
     assert sent['message_download_bytes'] == reference.message_bytes
     assert sent['dense_message_download_bytes'] == (
         reference.messages_applied
-        * gradient_compression.dense_bytes(*reference.table.shape)
+        * compression.dense_bytes(*reference.table.shape)
     )
     assert int(state['round_num']) == round_num + 1
     if reference.group_counts:
@@ -460,7 +460,7 @@ def test_ablations_match_the_reference(ablation, options):
 )
 def test_baselines_match_the_reference(scheme, bandwidth):
   method = _baseline(scheme)
-  downlink_parameter = gradient_compression.pick_parameter(
+  downlink_parameter = compression.pick_parameter(
       scheme, _NUM_ITEMS, _DIM, _RATE
   )
   # The download: k = 1 of 4 columns (CR 0.6875), rank 1 (svd 0.7083, colr
@@ -498,7 +498,7 @@ def test_baseline_uploads_take_about_fedras_bytes():
   # 4 min(T_u, 4) 4 + T_u (one-byte indices) for each user, its trained
   # rows all changed; every baseline at most that, and more than half.
   budget = sum(
-      gradient_compression.encoded_bytes('fedras', n, _DIM, min(n, 4))
+      compression.encoded_bytes('fedras', n, _DIM, min(n, 4))
       for n in (len(np.unique(d['items'])) for d in data)
   )
   assert sent['fedras'] == budget
@@ -574,12 +574,12 @@ def test_client_bandwidths_from_a_rate_range_are_fixed_per_user():
   )(np.arange(200)[::-1])[::-1]
 
   np.testing.assert_array_equal(drawn, again)
-  lowest = gradient_compression.pick_parameter('fedras', 1682, 32, 0.9)
-  highest = gradient_compression.pick_parameter('fedras', 1682, 32, 0.7)
+  lowest = compression.pick_parameter('fedras', 1682, 32, 0.9)
+  highest = compression.pick_parameter('fedras', 1682, 32, 0.7)
   assert lowest <= drawn.min() and drawn.max() <= highest
   assert len(np.unique(drawn)) > 20
   assert bandwidths.smallest == lowest
-  assert bandwidths.expected_groups == gradient_compression.pick_parameter(
+  assert bandwidths.expected_groups == compression.pick_parameter(
       'fedras', 1682, 32, 0.8
   )
   # Homogeneous: e_u = C_e (ML-100K at 93.75%: 4 * 92 * 32 + 1682 bytes).
@@ -592,7 +592,7 @@ def test_client_bandwidths_given_per_user_follow_each_users_rate():
   # Users 0-4 low-end (97%), 5-7 mid (90%), 8-9 high-end (50%).
   rates = (0.97,) * 5 + (0.9,) * 3 + (0.5,) * 2
   bandwidths = fedras_bandwidths.ClientBandwidths(1682, 32, 0.9375, user_rates=rates)
-  pick = lambda rate: gradient_compression.pick_parameter(
+  pick = lambda rate: compression.pick_parameter(
       'fedras', 1682, 32, rate
   )
 
@@ -622,12 +622,12 @@ def test_build_fedras_takes_rates_per_tier():
   method = _fedras(data=data, embedding_dim=32,
                    tier_compression_rates=(0.95, 0.8, 0.6), alpha=0.85)
   bandwidths = method.exchange.bandwidths
-  assert bandwidths.smallest == gradient_compression.pick_parameter(
+  assert bandwidths.smallest == compression.pick_parameter(
       'fedras', 1682, 32, 0.95
   )
   np.testing.assert_array_equal(
       bandwidths([0, 11]),
-      [bandwidths.smallest, gradient_compression.pick_parameter(
+      [bandwidths.smallest, compression.pick_parameter(
           'fedras', 1682, 32, 0.6
       )],
   )
@@ -688,7 +688,7 @@ def test_the_store_and_evaluation_work_with_client_copies():
   result = _round(method, state, store, [0, 2], _client_data([0, 2], 0))
   positives = np.arange(_NUM_USERS)
   negatives = (positives[:, None] + np.arange(1, 6)) % _NUM_ITEMS
-  scores = evaluation.score_candidates(
+  scores = item_scoring.score_candidates(
       method.spec, method.global_parameters(result.server_state), store,
       np.concatenate([positives[:, None], negatives], axis=1),
   )

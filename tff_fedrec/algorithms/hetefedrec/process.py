@@ -4,7 +4,7 @@ Clients belong to a tier a in (small, medium, large) and train a model of
 their tier's size: item table V_a [I, N_a], scorer Theta_a, private user
 embedding u_i [N_a] (`hetero_models`). Algorithm 1, one round:
 
-  clients (`dual_task_learning.client_gradients`): one gradient of L'_a
+  clients (`dual_task.client_gradients`): one gradient of L'_a
     (Eq. 11 unified dual-task learning + Eq. 14 decorrelation) on all their
     data; u_i takes a gradient step on the device (Eq. 3; or Adam); the
     gradients of V_a and of Theta_b (b <= a) are uploaded.
@@ -20,7 +20,7 @@ With `HeteroConfig.update_rule='local_adam'` Adam runs on the clients
 instead (Sec. III.A's local training): each client trains L epochs (one
 full-batch step each, or minibatches of `local_batch_size`) from fresh
 moments and uploads its change d_i = x_0 - x_L
-(`dual_task_learning.local_adam_changes`); the server's step is
+(`dual_task.local_adam_changes`); the server's step is
 x <- x - sum_i d_i (Eq. 4, 9, 15), then the same distillation. Two more
 options of that rule: `validation_fraction` holds out part of each client's
 examples to pick its best local epoch (Sec. V.A), and
@@ -73,8 +73,8 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_fedrec import adam
-from tff_fedrec import dual_task_learning
-from tff_fedrec import hetero_models
+from tff_fedrec.algorithms.hetefedrec import dual_task
+from tff_fedrec.algorithms.hetefedrec import models as hetero_models
 from tff_fedrec.aggregators import padded_sum
 from tff_fedrec.templates import composer
 from tff_fedrec.templates import distributors
@@ -113,7 +113,7 @@ class HeteroConfig:
       gradient of its whole data (Algorithm 1 lines 16-26) and the server
       takes an Adam step on their sums, keeping the moments. 'local_adam':
       each client trains for `local_epochs` epochs of Adam from fresh
-      moments (`dual_task_learning.local_adam_changes`, u_i
+      moments (`dual_task.local_adam_changes`, u_i
       included, so `user_optimizer` / `user_learning_rate` are unused) and
       uploads its change; the server adds the clients' changes summed, as
       Eq. 4, 8, 9 and 15 write it with the step taken on the clients.
@@ -125,7 +125,7 @@ class HeteroConfig:
     validation_fraction: 'local_adam' only: the share of a selected
       client's examples held out to guide its local training (Sec. V.A:
       10%); the client keeps its epoch of lowest held-out loss
-      (`dual_task_learning.local_adam_changes`). The program draws the
+      (`dual_task.local_adam_changes`). The program draws the
       split every round (`client_data_type`'s `validation`); 0 keeps every
       example for training and the last epoch.
     change_aggregation: 'local_adam' only. 'sum': x <- x - sum_i d_i, as
@@ -317,15 +317,15 @@ def build_client_work(
           step=local['adam_step'][:, None],
       )
       arguments = (
-          dual_task_learning.TierObjective(
+          dual_task.TierObjective(
               spec, tier, dual_task=config.dual_task,
               decorrelation_weight=config.decorrelation_weight),
           local['user'][:, :width], rows, params['score_layers'],
-          dual_task_learning.ClientExamples(
+          dual_task.ClientExamples(
               row_mask, data['items'], data['labels'], example_mask),
       )
       if config.update_rule == 'local_adam':
-        grads = dual_task_learning.local_adam_changes(
+        grads = dual_task.local_adam_changes(
             *arguments, learning_rate=config.learning_rate,
             local_epochs=config.local_epochs,
             validation_mask=(data['validation']
@@ -335,7 +335,7 @@ def build_client_work(
         user = grads.user
         kept_epoch_sum = tf.reduce_sum(grads.kept_epoch)
       else:
-        grads = dual_task_learning.client_gradients(*arguments)
+        grads = dual_task.client_gradients(*arguments)
         kept_epoch_sum = tf.constant(0.0)
         if config.user_optimizer == 'adam':
           user, user_state = adam.apply(
@@ -372,7 +372,7 @@ def build_client_work(
     that row (padded: tier >= b; clustered: tier == b), counting under
     'mean' only those who trained the row and under 'fedavg' all of them;
     per Theta_b, the users who train it (Eq. 15's sets,
-    `dual_task_learning.tier_terms`)."""
+    `dual_task.tier_terms`)."""
     tier = data['tier']
     if config.change_aggregation == 'fedavg':
       # Every user of the group counts for every row: one count per tier

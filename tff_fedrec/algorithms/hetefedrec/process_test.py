@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tff_fedrec import dual_task_learning
-from tff_fedrec import hetero_models
+from tff_fedrec.algorithms.hetefedrec import dual_task
+from tff_fedrec.algorithms.hetefedrec import models as hetero_models
 from tff_fedrec.algorithms.hetefedrec import process as hetefedrec
 from tff_fedrec.algorithms.hetefedrec import tiered_method
 from tff_fedrec.programs import execution
@@ -77,7 +77,7 @@ def _first_adam_step(x, g, lr):
 
 
 def _expected_round(method, groups, locals_in):
-  """Client gradients (`dual_task_learning`, tested against its own
+  """Client gradients (`dual_task`, tested against its own
   reference), padded sums (Eq. 8), per-tier scorer sums (Eq. 15), one Adam
   step from zero state; with change_aggregation 'mean', each sum divided by
   its contributors, counted here user by user; with 'fedavg', each table
@@ -101,15 +101,15 @@ def _expected_round(method, groups, locals_in):
         np.float32) * (1 - data['validation'])
     local_adam = method.config.update_rule == 'local_adam'
     arguments = (
-        dual_task_learning.TierObjective(
+        dual_task.TierObjective(
             _SPEC, tier, dual_task=method.config.dual_task,
             decorrelation_weight=method.config.decorrelation_weight),
         tf.constant(local['user'][:, :width]), rows, params['score_layers'],
-        dual_task_learning.ClientExamples(
+        dual_task.ClientExamples(
             tf.constant(row_mask), tf.constant(data['items']),
             tf.constant(data['labels']), tf.constant(example_mask)))
     if local_adam:  # Uploads are the clients' changes (tested on their own).
-      grads = dual_task_learning.local_adam_changes(
+      grads = dual_task.local_adam_changes(
           *arguments, learning_rate=method.config.learning_rate,
           local_epochs=method.config.local_epochs,
           validation_mask=(tf.constant(data['validation'])
@@ -118,7 +118,7 @@ def _expected_round(method, groups, locals_in):
           seeds=tf.constant(data['seeds']))
       kept_epoch_sum += data['include'] * float(np.sum(grads.kept_epoch))
     else:
-      grads = dual_task_learning.client_gradients(*arguments)
+      grads = dual_task.client_gradients(*arguments)
     trained_users += data['include'] * len(data['num_rows'])
     table_grad = np.zeros([_SPEC.num_items, width], np.float32)
     for u in range(len(data['num_rows'])):
@@ -129,7 +129,7 @@ def _expected_round(method, groups, locals_in):
       for target, w in enumerate(_SPEC.widths):
         if method.config.aggregation == 'padded' or target == tier:
           table_counts[target][held, : min(w, width)] += data['include']
-      for term in dual_task_learning.tier_terms(
+      for term in dual_task.tier_terms(
           tier, method.config.dual_task):
         layer_counts[term] += data['include']
     table_grad *= data['include']

@@ -39,8 +39,8 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_fedrec import adam
-from tff_fedrec import dual_task_learning
-from tff_fedrec import hetero_models
+from tff_fedrec.algorithms.hetefedrec import dual_task
+from tff_fedrec.algorithms.hetefedrec import models as hetero_models
 from tff_fedrec.aggregators import keyed
 from tff_fedrec.algorithms.hetefedrec import process as hetefedrec_process
 from tff_fedrec.templates import composer
@@ -143,11 +143,11 @@ def build_standalone_process(
       with tf.GradientTape() as tape:
         tape.watch(model)
         rows = tf.gather(model['item_table'], data['row_ids'], batch_dims=1)
-        losses = dual_task_learning.client_losses(
-            dual_task_learning.TierObjective(
+        losses = dual_task.client_losses(
+            dual_task.TierObjective(
                 spec, tier, dual_task=False, decorrelation_weight=0.0),
             model['user'], rows, {tier: model['score_layers']},
-            dual_task_learning.ClientExamples(
+            dual_task.ClientExamples(
                 row_mask, data['items'], data['labels'], example_mask),
         )
         total = tf.reduce_sum(losses.total)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tff_fedrec import hetero_models
+from tff_fedrec.algorithms.hetefedrec import models as hetero_models
 from tff_fedrec.algorithms.hetefedrec import process as hetefedrec
 from tff_fedrec.algorithms.hetefedrec import standalone
 from tff_fedrec.programs import execution

@@ -43,8 +43,8 @@ import tensorflow_federated as tff
 
 from tff_fedrec import client_state_store
 from tff_fedrec import csr
-from tff_fedrec import decorrelation
-from tff_fedrec import hetero_models
+from tff_fedrec.algorithms.hetefedrec import decorrelation
+from tff_fedrec.algorithms.hetefedrec import models as hetero_models
 from tff_fedrec import tiers
 from tff_fedrec.algorithms import method
 from tff_fedrec.algorithms.hetefedrec import process as process_lib

@@ -3,7 +3,7 @@ the scores of each user's own model."""
 
 import numpy as np
 
-from tff_fedrec import hetero_models
+from tff_fedrec.algorithms.hetefedrec import models as hetero_models
 from tff_fedrec.algorithms import method as method_lib
 from tff_fedrec.algorithms.hetefedrec import process
 from tff_fedrec.algorithms.hetefedrec import tiered_method

@@ -1,0 +1,343 @@
+"""The `method.Method` of every local-item-training method.
+
+PFedRec, FedMF, FedNCF, FedRAS and its baselines differ in their model
+(`models.RecommenderSpec`), local training and exchange
+(`exchanges`); their process is `client_training.build_process` and
+their driver this one:
+
+  store    one partition; each user's local parameters (and the exchange's
+           state: FedRAS's item-table copy), and with dual personalization
+           the item rows it fine-tuned (with `client_start='own_model'`,
+           every row it ever trained);
+  round    the users grouped U per TFF client (`templates.user_groups`),
+           each group's data with the exchange's per-user fields
+           (bandwidth e_u);
+  bytes    the exchange's accounting, every round;
+  scores   each user's own model: its local parameters, its fine-tuned
+           rows where it has them, and the server's global parameters
+           (`item_scoring.score_candidates`), as PFedRec's reference code
+           evaluates `client_model_params[user]`: with dual
+           personalization the items a user did not fine-tune are scored
+           by the table it started its last round from (the broadcast,
+           recorded in the store, or its own copy under a compressed
+           exchange; `training.untrained_item_rows`); FedRAS scores with
+           the server's Q and theta and each p_u; with
+           `training.client_start='own_model'` each user's own table (the
+           rows it ever trained over the initial table, an
+           `OwnTableStore`) and its own score layers; a user that keeps a
+           trained model but never trained, the global model.
+
+Example:
+  >>> method = build_method(spec, training, exchanges.BroadcastOptions(),
+  ...                       data=run_data, seed=0)
+  >>> method.spec.local_keys
+"""
+
+import collections
+import dataclasses
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_fedrec import client_state_store
+from tff_fedrec.algorithms.local_items import item_scoring
+from tff_fedrec import models
+from tff_fedrec.algorithms.local_items import client_training
+from tff_fedrec.algorithms import method
+from tff_fedrec.templates import user_groups
+
+
+SINGLE_TIER = 'single'
+
+
+def _numpy(structure):
+  return tf.nest.map_structure(np.asarray, structure)
+
+
+def on_device_tier_model(
+    spec: models.RecommenderSpec, global_params, initial_parameters, store,
+) -> method.OnDeviceModel:
+  """The global model a new phone downloads: the aggregated item table and
+  the global score layers (PFedRec, whose score function is personal: the
+  initial one, where a new device starts); it takes the user's own
+  embedding as input where the model has one."""
+  global_params = _numpy(global_params)
+  params = collections.OrderedDict(
+      item_embedding=global_params['item_embedding']
+  )
+  if spec.has_score_layers:
+    source = (global_params if 'score_layers' in spec.global_keys
+              else initial_parameters)
+    params['score_layers'] = _numpy(source['score_layers'])
+  users = np.arange(store.num_users)
+  vectors = None
+  if spec.has_user_embedding:
+    vectors = np.asarray(
+        store.stacked_local_parameters(users)['user_embedding'], np.float32
+    )
+  return method.OnDeviceModel(
+      tier=SINGLE_TIER, user=None, architecture=spec.architecture,
+      params=params, eval_users=users, eval_user_vectors=vectors,
+  )
+
+
+def on_device_user_model(
+    spec: models.RecommenderSpec, global_params, store, user: int,
+    item_table: np.ndarray,
+) -> method.OnDeviceModel:
+  """User `user`'s model: its item table `item_table` [N, d] (its
+  fine-tuned rows over the table it scores the others with), its score
+  layers and user embedding."""
+  global_params = _numpy(global_params)
+  local = tf.nest.map_structure(
+      lambda leaf: np.asarray(leaf)[0],
+      store.stacked_local_parameters(np.array([user])),
+  )
+  params = collections.OrderedDict(item_embedding=np.asarray(item_table))
+  trained_layers = item_scoring.score_layers_of(
+      tf.nest.map_structure(lambda leaf: np.asarray(leaf)[None], local),
+      global_params,
+  )
+  if trained_layers is not None:
+    params['score_layers'] = tf.nest.map_structure(
+        lambda leaf: leaf[0], trained_layers)
+  elif spec.has_score_layers:
+    source = local if 'score_layers' in spec.local_keys else global_params
+    params['score_layers'] = _numpy(source['score_layers'])
+  if spec.has_user_embedding:
+    params['user_embedding'] = np.asarray(local['user_embedding'], np.float32)
+  return method.OnDeviceModel(
+      tier=SINGLE_TIER, user=user, architecture=spec.architecture,
+      params=params, eval_users=np.array([user]),
+  )
+
+
+class ItemTableMethod(method.Method):
+  """What every method whose users score with the global item table, their
+  fine-tuned rows and their local parameters shares (`LocalItemMethod`,
+  `fedrecon.ReconstructionMethod`): scores, the bytes summary and the
+  on-device models. A subclass has `spec`, `initial_parameters` and
+  `global_parameters(server_state)`."""
+
+  spec: models.RecommenderSpec
+  initial_parameters: models.Parameters
+
+  def global_parameters(self, server_state):
+    return server_state['global_parameters']
+
+  def user_item_vectors(self, server_state, store, users, items):
+    """Each of `users`' item vectors for `items` [U, C]: [U, C, d]."""
+    table = np.asarray(self.global_parameters(server_state)['item_embedding'])
+    return store.item_vectors(
+        users, items, table,
+        start_vectors=self._start_vectors(store, users, items, table),
+    )
+
+  def _start_vectors(self, store, users, items,
+                     global_table) -> Optional[np.ndarray]:
+    """The rows under users' personal rows if the method keeps them itself
+    ([U, C, d]); None: the store's recorded start tables, else the global
+    table `global_table` [N, d]."""
+    del store, users, items, global_table
+    return None
+
+  def score(self, server_state, store, users, candidates=None):
+    users = np.asarray(users)
+    if candidates is None:
+      candidates = np.broadcast_to(
+          np.arange(self.spec.num_items), [users.size, self.spec.num_items]
+      )
+    return item_scoring.score_candidates(
+        self.spec, self.global_parameters(server_state), store,
+        np.asarray(candidates), users=users,
+        item_vectors=lambda u, i: self.user_item_vectors(
+            server_state, store, u, i),
+    )
+
+  def summary_fields(self, server_state, store, history):
+    del server_state
+    return {**method.bytes_summary(history, store),
+            **method.downlink_summary(history)}
+
+  def on_device_tiers(self) -> list[str]:
+    return [SINGLE_TIER]
+
+  def on_device_tier_model(self, server_state, store, tier):
+    del tier  # One size.
+    return on_device_tier_model(
+        self.spec, self.global_parameters(server_state),
+        self.initial_parameters, store,
+    )
+
+  def on_device_user_model(self, server_state, store, user):
+    return on_device_user_model(
+        self.spec, self.global_parameters(server_state), store, user,
+        item_table=self.user_item_vectors(
+            server_state, store, np.array([user]),
+            np.arange(self.spec.num_items)[None],
+        )[0],
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalItemMethod(ItemTableMethod):
+  """A local-item-training method (module docstring).
+
+  Attributes:
+    spec: The model and which of its parameters are global / client-local.
+    training: The local training.
+    exchange: The `exchanges` exchange.
+    initial_parameters: Initial values of all parameters (numpy).
+    process: `client_training.build_process`'s process.
+    num_users: The users of the store.
+  """
+
+  spec: models.RecommenderSpec
+  training: client_training.ClientTrainingConfig
+  exchange: object
+  initial_parameters: models.Parameters
+  process: tff.templates.IterativeProcess
+  num_users: int
+
+  @property
+  def initial_client_state(self):
+    return client_training.initial_client_state(
+        self.spec, self.initial_parameters, self.exchange, self.training
+    )
+
+  def initial_store(self) -> client_state_store.ClientStateStore:
+    if self.training.starts_from_own_model:
+      return client_state_store.OwnTableStore(
+          self.num_users, self.initial_client_state,
+          self.initial_parameters['item_embedding'],
+      )
+    return client_state_store.ClientStateStore(
+        self.num_users, self.initial_client_state
+    )
+
+  @property
+  def untrained_rows_from(self) -> str:
+    """Where the rows a user did not fine-tune come from when it is scored:
+    'client_copy' (the copy of the table it started its last round from,
+    under an exchange that keeps one), 'recorded_start_table' (the store
+    keeps the table each user last started from), 'initial_table' (each
+    user keeps its own model, `client_start=own_model`: the rows it never
+    trained are the initial table's; a user that never trained is scored
+    with the global model), or 'global_table' (the table after the latest
+    aggregation: `untrained_item_rows=aggregated`, or no personal rows)."""
+    if self.training.starts_from_own_model:
+      return 'initial_table'
+    if not (self.training.keeps_personal_rows
+            and self.training.untrained_item_rows == 'round_start'):
+      return 'global_table'
+    if self.exchange.keeps_client_copies:
+      return 'client_copy'
+    return 'recorded_start_table'
+
+  def _start_vectors(self, store, users, items, global_table):
+    source = self.untrained_rows_from
+    if source == 'client_copy':
+      copies = store.stacked_local_parameters(users)['item_copy']
+      return np.take_along_axis(copies, items[..., None], axis=1)
+    if source == 'initial_table':
+      has_own = np.asarray(store.stacked_local_parameters(users)[
+          item_scoring.HAS_OWN_MODEL]) > 0
+      return np.where(has_own[:, None, None],
+                      self.initial_parameters['item_embedding'][items],
+                      global_table[items])
+    return None
+
+  def run_round(self, server_state, store, round_input, *,
+                users_per_client: int = 1) -> method.RoundResult:
+    server_state, metrics = self.run_exchange(
+        self.process, server_state, store, round_input,
+        users_per_client=users_per_client,
+    )
+    return method.RoundResult(server_state=server_state, metrics=metrics)
+
+  def run_exchange(self, process, server_state, store, round_input, *,
+                   users_per_client: int = 1):
+    """One download, training and upload of the round's users through
+    `process` (this method's, or one of the same server state: APFR-GKD
+    runs two a round); returns (server state, the figures of
+    `RoundResult.metrics`)."""
+    users = np.asarray(round_input.users)
+    fields = self.exchange.client_fields(users)
+    if self.untrained_rows_from == 'recorded_start_table':
+      store.record_start_table(
+          users, round_input.round_num,
+          self.global_parameters(server_state)['item_embedding'],
+      )
+
+    def group_data(positions):
+      data = user_groups.group_client_data(
+          [round_input.user_data[p] for p in positions]
+      )
+      for key, values in fields.items():
+        data[key] = values[positions]
+      if self.training.starts_from_own_model:
+        data[client_training.OWN_ROWS] = store.table_vectors(
+            users[positions], data['row_ids'])
+      return data
+
+    server_state, metrics = user_groups.run_round(
+        process, server_state, store, users, round_input.user_data,
+        users_per_group=users_per_client, make_group_data=group_data,
+    )
+    sent = self.exchange.round_bytes(
+        self.spec, self.initial_parameters, metrics, len(users)
+    )
+    return server_state, {
+        'train_loss': float(metrics['train_loss']),
+        **{key: float(value) for key, value in sent._asdict().items()},
+        # The encoded downlink's own figures (FedRAS: group_count,
+        # mean_cosine, similarity_at_expected), for the next round.
+        **{f'downlink_{key}': float(value)
+           for key, value in metrics['distributor'].items()},
+    }
+
+  def config_summary(self) -> dict:
+    return {
+        'training': dataclasses.asdict(self.training),
+        'embedding_dim': self.spec.embedding_dim,
+        'hidden_units': list(self.spec.hidden_units),
+        'exchange': self.exchange.describe(self.num_users),
+    }
+
+  def description(self) -> str:
+    return (f'item learning rate {self.training.item_learning_rate:g}; '
+            f'exchange: {self.exchange.description(self.num_users)}.')
+
+
+def build_method(
+    spec: models.RecommenderSpec,
+    training: client_training.ClientTrainingConfig,
+    exchange,
+    *,
+    data: method.RunData,
+    seed: int,
+    item_aggregator: Optional[object] = None,
+    model_aggregator: Optional[object] = None,
+) -> LocalItemMethod:
+  """A `LocalItemMethod` of `spec` with initial parameters seeded by
+  `seed`; `exchange` is an exchange's options (`exchanges.BroadcastOptions`,
+  `fedras.exchange.FedRASOptions`, ...), built for `spec` and `data`."""
+  exchange = exchange.build(
+      num_items=spec.num_items, embedding_dim=spec.embedding_dim, seed=seed,
+      user_tiers=data.user_tiers,
+  )
+  training = training.for_items(spec.num_items)
+  params = models.initial_parameters(spec, seed)
+  return LocalItemMethod(
+      spec=spec,
+      training=training,
+      exchange=exchange,
+      initial_parameters=params,
+      process=client_training.build_process(
+          spec, params, training, exchange,
+          item_aggregator=item_aggregator, model_aggregator=model_aggregator,
+      ),
+      num_users=data.num_users,
+  )
