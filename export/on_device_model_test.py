@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tff_fedrec.algorithms.hetefedrec import models as hetero_models
 from tff_fedrec import models
+from tff_fedrec.algorithms.hetefedrec import models as hetero_models
 from tff_fedrec.export import on_device_model
 
 _NUM_ITEMS = 60

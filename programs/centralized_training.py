@@ -15,8 +15,8 @@ from typing import Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
-from tff_fedrec.algorithms.hetefedrec import models as hetero_models
 from tff_fedrec import models
+from tff_fedrec.algorithms.hetefedrec import models as hetero_models
 from tff_fedrec.tasks import preprocessing
 from tff_fedrec.tasks import random_split
 

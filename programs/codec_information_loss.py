@@ -1,9 +1,11 @@
 """FedRAS Table 3: the information loss of each compression strategy.
 
 `measure` trains FedMF without compression (10% of the users per round,
-SGD) and, every round, passes the same client updates and the same server
-aggregate through each strategy's codecs, measuring the client-side and
-server-side loss of `tff_fedrec.information_loss`:
+SGD, its own TFF process: `fedmf.build_fedmf`) and, every round, passes the
+same client updates (observed between the process's client and server
+step) and the same server aggregate through each strategy's codecs,
+measuring the client-side and server-side loss of
+`fedras.information_loss`:
 
   FedRAS  clustered actions up (participation mean, Sec. 4.4) and
           cluster-and-split down (Sec. 4.3);
@@ -16,23 +18,23 @@ and not five training trajectories. The binary is `information_loss`.
 """
 
 import collections
+import dataclasses
 import time
 
 import numpy as np
 import tensorflow as tf
 
-from tff_fedrec.algorithms.fedras import compression
-from tff_fedrec.algorithms.fedras import information_loss
-from tff_fedrec.algorithms.local_items import local_sgd
-from tff_fedrec import models
-from tff_fedrec.algorithms.fedras import row_codecs
-from tff_fedrec.algorithms.fedras import downlink_codecs
-from tff_fedrec.algorithms.local_items import exchanges
+from tff_fedrec.algorithms import fedmf as fedmf_lib
+from tff_fedrec.algorithms import method
 from tff_fedrec.algorithms.fedras import bandwidths as fedras_bandwidths
+from tff_fedrec.algorithms.fedras import compressed_exchange
+from tff_fedrec.algorithms.fedras import compression
+from tff_fedrec.algorithms.fedras import downlink
+from tff_fedrec.algorithms.fedras import downlink_codecs
 from tff_fedrec.algorithms.fedras import exchange as fedras_exchange
+from tff_fedrec.algorithms.fedras import information_loss
 from tff_fedrec.algorithms.fedras import methods as fedras
-from tff_fedrec.templates import distributors
-from tff_fedrec.templates import user_groups
+from tff_fedrec.algorithms.fedras import row_codecs
 from tff_fedrec.tasks import leave_one_out
 
 STRATEGIES = ('CE', 'SVD', 'CoLR', 'Top-K', 'FedRAS')
@@ -62,22 +64,17 @@ def strategy_codecs(num_items: int, dim: int, rate: float, alpha: float):
   return {name: (*pair, groups) for name, pair in codecs.items()}
 
 
-def _train_group(spec, table, user_table, users, data, training):
-  start = tf.gather(table, data['row_ids'])
-  params = collections.OrderedDict(
-      item_embedding=start, user_embedding=tf.gather(user_table, users)
-  )
-  result = local_sgd.train_users_locally(
-      spec, models.merge_parameters(spec, params, {}),
-      data['items'], data['labels'], data['num_examples'],
-      batch_size=fedras.PAPER_TRAINING.batch_size,
-      local_epochs=fedras.PAPER_TRAINING.local_epochs,
-      learning_rate=training['learning_rate'],
-      item_learning_rate=training['item_learning_rate'],
-      alternating=False,
-      shuffle_seeds=data['seeds'],
-  )
-  return start, result.parameters
+def _group_rows(upload, data, table):
+  """(deltas, embeddings), float32 [U, T, d]: each user's trained rows of
+  its compact table (`data['row_ids']`, `num_rows`) as FedMF's row-sparse
+  upload carries them (each user's delta over U, its real rows in order),
+  and the rows themselves (`table`, the round's download, plus the
+  delta)."""
+  ids = data['row_ids']
+  real = np.arange(ids.shape[1])[None, :] < data['num_rows'][:, None]
+  deltas = np.zeros([*ids.shape, table.shape[1]], np.float32)
+  deltas[real] = np.asarray(upload['row_values']) * ids.shape[0]
+  return deltas, table[ids] + deltas
 
 
 def measure(data, *, rounds, rate, alpha, client_fraction, dim,
@@ -88,21 +85,24 @@ def measure(data, *, rounds, rate, alpha, client_fraction, dim,
   averaged over `rounds` rounds of uncompressed FedMF on leave-one-out
   `data`, and the seconds per round (after round 0, which traces) of every
   client's encode and decode and of the server's encode and one client's
-  decode."""
+  decode. FedMF trains through its own TFF process (`fedmf.build_fedmf`,
+  FedRAS Sec. 5.1's local training), so this needs a TFF execution
+  context; its uploads are observed between its client and server step.
+  """
   num_items = data.num_items
-  spec = models.RecommenderSpec('matrix_factorization', num_items, dim)
-  params = models.initial_parameters(spec, seed)
-  table = tf.Variable(params['item_embedding'])
-  user_table = np.tile(params['user_embedding'], [data.num_users, 1])
+  fedmf = fedmf_lib.build_fedmf(
+      data=method.RunData.of(data), seed=seed, embedding_dim=dim,
+      training=dataclasses.replace(
+          fedras.PAPER_TRAINING, learning_rate=learning_rate,
+          item_learning_rate=item_learning_rate),
+  )
+  state, store = fedmf.process.initialize(), fedmf.initial_store()
   codecs = strategy_codecs(num_items, dim, rate, alpha)
   encoder_states = {name: c[1].initial_state() for name, c in codecs.items()}
-  training = dict(learning_rate=learning_rate,
-                  item_learning_rate=item_learning_rate)
   protocol = leave_one_out.LeaveOneOut(
       data, seed=seed,
       clients_per_round=max(1, int(data.num_users * client_fraction)),
   )
-  train = tf.function(_train_group, reduce_retracing=True)
   # One function per strategy: a codec is a Python object, so sharing one
   # would retrace for each.
   decoders = {
@@ -117,29 +117,27 @@ def measure(data, *, rounds, rate, alpha, client_fraction, dim,
   for round_num in range(rounds):
     started = time.time()
     round_input = protocol.round_input(round_num)
-    users, client_data = round_input.users, round_input.user_data
+    table = np.asarray(state['global_parameters']['item_embedding'])
+    observed = []
+    state, _ = fedmf.run_exchange(
+        fedmf.process, state, store, round_input,
+        users_per_client=users_per_group, observe_uploads=observed.extend,
+    )
     sums = {}  # strategy or ('raw', kind) -> (update_sum, participants)
-    for positions in user_groups.group_positions(
-        [len(d['items']) for d in client_data], users_per_group
-    ):
-      group = user_groups.group_client_data(
-          [client_data[p] for p in positions]
-      )
-      start, trained = train(
-          spec, table, user_table, users[positions], group, training
-      )
-      user_table[users[positions]] = trained['user_embedding'].numpy()
-      rows = {'delta': trained['item_embedding'] - start,
-              'embedding': trained['item_embedding']}
-      seeds = exchanges.kmeans_seeds(group['seeds'])
-      shared = distributors.round_seed(seed, round_num)
+    for _, group, upload in observed:
+      deltas, embeddings = _group_rows(
+          upload['update']['item_embedding'], group, table)
+      rows = {'delta': tf.constant(deltas),
+              'embedding': tf.constant(embeddings)}
+      seeds = compressed_exchange.kmeans_seeds(group['seeds'])
+      shared = downlink.round_seed(seed, round_num)
       sent = {('raw', kind): value for kind, value in rows.items()}
-      for name, (upload, _, groups) in codecs.items():
+      for name, (upload_codec, _, groups) in codecs.items():
         clock = time.perf_counter()
         sent[name] = decoders[name](
-            upload, rows['embedding' if name == 'CE' else 'delta'],
+            upload_codec, rows['embedding' if name == 'CE' else 'delta'],
             group['num_rows'],
-            bandwidth=np.full(len(positions), groups, np.int32),
+            bandwidth=np.full(len(group['num_rows']), groups, np.int32),
             seeds=seeds, shared_seed=shared,
         )
         if round_num:  # Round 0 traces.
@@ -150,15 +148,14 @@ def measure(data, *, rounds, rate, alpha, client_fraction, dim,
         )
         previous = sums.get(key, (0.0, 0.0))
         sums[key] = (previous[0] + update_sum, previous[1] + participants)
-    reference_update = None
-    for name, (_, downlink, groups) in codecs.items():
+    for name, (_, downlink_codec, groups) in codecs.items():
       kind = 'embedding' if name == 'CE' else 'delta'
       normalization = _UPLOAD_NORMALIZATION[name]
       reference = information_loss.normalize(
-          *sums[('raw', kind)], len(users), normalization
+          *sums[('raw', kind)], len(round_input.users), normalization
       )
       compressed = information_loss.normalize(
-          *sums[name], len(users), normalization
+          *sums[name], len(round_input.users), normalization
       )
       client = information_loss.compression_loss(compressed, reference)
       if kind == 'embedding':
@@ -168,17 +165,14 @@ def measure(data, *, rounds, rate, alpha, client_fraction, dim,
         payload = reference
       clock = time.perf_counter()
       server, encoder_states[name] = server_steps[name](
-          downlink, payload, encoder_states[name],
-          distributors.round_seed(seed, round_num), groups,
+          downlink_codec, payload, encoder_states[name],
+          downlink.round_seed(seed, round_num), groups,
       )
       if round_num:
         totals[name]['server_seconds'] += time.perf_counter() - clock
       for side, loss in (('client', client), ('server', server)):
         for field in loss._fields:
           totals[name][f'{side}_{field}'] += float(getattr(loss, field))
-      if name == 'FedRAS':
-        reference_update = reference
-    table.assign_add(reference_update)
     log(f'round {round_num + 1}/{rounds}: {time.time() - started:.1f}s')
   results = {}
   for name, total in totals.items():

@@ -5,6 +5,7 @@ import pytest
 
 from tff_fedrec.algorithms.fedras import bandwidths as fedras
 from tff_fedrec.programs import codec_information_loss
+from tff_fedrec.programs import execution
 from tff_fedrec.tasks import datasets
 
 
@@ -23,11 +24,12 @@ def losses():
   assert most_rows <= fedras.ClientBandwidths(
       data.num_items, 8, 0.1
   ).expected_groups
-  return codec_information_loss.measure(
-      data, rounds=2, rate=0.1, alpha=0.2, client_fraction=0.5, dim=8,
-      learning_rate=0.1, item_learning_rate=100.0, users_per_group=8,
-      seed=0, log=lambda _: None,
-  )
+  with execution.worker_execution_context():
+    return codec_information_loss.measure(
+        data, rounds=2, rate=0.1, alpha=0.2, client_fraction=0.5, dim=8,
+        learning_rate=0.1, item_learning_rate=100.0, users_per_group=8,
+        seed=0, log=lambda _: None,
+    )
 
 
 def test_every_strategy_is_measured_on_both_sides(losses):

@@ -36,8 +36,8 @@ from typing import Iterator, Optional
 import grpc
 import tensorflow_federated as tff
 
-from tff_fedrec.programs import worker_processes
 from tff_fedrec.programs import loopback_bind
+from tff_fedrec.programs import worker_processes
 
 _PR_SET_PDEATHSIG = 1
 _GRPC_MAX_MESSAGE_BYTES = 2 * 1000 * 1000 * 1000

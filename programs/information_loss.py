@@ -1,7 +1,8 @@
 r"""FedRAS Table 3: the information loss of each compression strategy.
 
 Trains FedMF without compression (10% of the users per round, SGD, the
-training program's defaults) and passes the same client updates and the
+training program's defaults; its own TFF process, on a TFF worker of this
+program's) and passes the same client updates and the
 same server aggregate through every strategy's codecs each round
 (`codec_information_loss`). The paper's setting is MF on ML-1M at 93.75%:
 
@@ -14,6 +15,7 @@ from absl import flags
 
 from tff_fedrec.algorithms.fedras import exchange as fedras_exchange
 from tff_fedrec.programs import codec_information_loss
+from tff_fedrec.programs import execution
 from tff_fedrec.tasks import datasets
 
 _DATASET = flags.DEFINE_enum(
@@ -41,20 +43,21 @@ def main(argv):
   data = datasets.load_leave_one_out(
       datasets.DataConfig(dataset=_DATASET.value, seed=_SEED.value)
   )
-  result = codec_information_loss.measure(
-      data,
-      rounds=_ROUNDS.value,
-      rate=_RATE.value,
-      alpha=_ALPHA.value,
-      client_fraction=_CLIENT_FRACTION.value,
-      dim=_EMBEDDING_DIM.value,
-      learning_rate=_LEARNING_RATE.value,
-      item_learning_rate=(
-          _LEARNING_RATE.value * data.num_items * _ITEM_LR_ETA.value
-      ),
-      users_per_group=_USERS_PER_GROUP.value,
-      seed=_SEED.value,
-  )
+  with execution.worker_execution_context():
+    result = codec_information_loss.measure(
+        data,
+        rounds=_ROUNDS.value,
+        rate=_RATE.value,
+        alpha=_ALPHA.value,
+        client_fraction=_CLIENT_FRACTION.value,
+        dim=_EMBEDDING_DIM.value,
+        learning_rate=_LEARNING_RATE.value,
+        item_learning_rate=(
+            _LEARNING_RATE.value * data.num_items * _ITEM_LR_ETA.value
+        ),
+        users_per_group=_USERS_PER_GROUP.value,
+        seed=_SEED.value,
+    )
   print(f'\n{_DATASET.value}, MF, CR {_RATE.value}: mean over '
         f'{_ROUNDS.value} rounds (MSE over the rows sent; relative = '
         '||error||^2 / ||Q||^2)')

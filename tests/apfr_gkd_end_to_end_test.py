@@ -135,7 +135,7 @@ def test_two_rounds_of_each_variant(tmp_path, method_flags):
     assert summary['personalization'] == name.split('_')[-1]
     assert summary['heterogeneity']['chosen_by'] == 'ablation'
   assert config['buffer_size'] == (1 if name == 'apfr_gkd_no_buffer' else 5)
-  assert config['training']['distillation']['weight'] == (
+  assert config['distillation']['weight'] == (
       0.0 if name == 'apfr_gkd_no_kd' else 0.1)
   if '--student_start=latest_aggregate' in method_flags:
     # The teacher is a second model in every download.

@@ -19,8 +19,8 @@ import uuid
 
 import pytest
 
-from tff_fedrec.algorithms.fedras import compression
 from tff_fedrec.algorithms import registry
+from tff_fedrec.algorithms.fedras import compression
 from tff_fedrec.programs import program_test_utils
 from tff_fedrec.programs import training_program
 

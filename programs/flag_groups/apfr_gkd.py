@@ -3,12 +3,12 @@ distillation (Zhao et al., Eq. 4-8, Algorithm 1)."""
 
 from absl import flags
 
+from tff_fedrec.algorithms.apfr_gkd import client_round
+from tff_fedrec.algorithms.apfr_gkd import global_buffer
 from tff_fedrec.algorithms.apfr_gkd import heterogeneity
-from tff_fedrec.algorithms.local_items import local_sgd
-from tff_fedrec.algorithms.local_items import client_training
+from tff_fedrec.algorithms.apfr_gkd import kd_loss
 from tff_fedrec.algorithms.apfr_gkd import method as apfr_gkd
 from tff_fedrec.programs.flag_groups import group
-from tff_fedrec.templates import finalizers
 
 PERSONALIZATION = flags.DEFINE_enum(
     'personalization', 'auto', list(apfr_gkd.PERSONALIZATIONS),
@@ -28,7 +28,7 @@ BUFFER_SIZE = flags.DEFINE_integer(
     '(Eq. 6; FedGKD\'s 5).',
 )
 CLIENT_START = flags.DEFINE_enum(
-    'client_start', None, list(client_training.CLIENT_STARTS),
+    'client_start', None, list(client_round.CLIENT_STARTS),
     'APFR-GKD: where a client\'s local training starts each round (the two '
     'readings of Algorithm 1). download (default): the global model it '
     'downloads, keeping its user embedding; own_model (the presets): its '
@@ -40,7 +40,7 @@ CLIENT_START = flags.DEFINE_enum(
     'training about 70 times (docs/results/apfr_gkd.md).',
 )
 STUDENT_START = flags.DEFINE_enum(
-    'student_start', None, list(finalizers.BUFFER_STUDENT_STARTS),
+    'student_start', None, list(global_buffer.BUFFER_STUDENT_STARTS),
     'APFR-GKD with --client_start=download: clients train from the buffer\'s '
     'average (buffer_average, the default: Algorithm 1, the teacher itself) '
     'or from the latest aggregate, the average being the teacher only '
@@ -53,7 +53,7 @@ TEMPERATURE = flags.DEFINE_float(
     'temperature', 1.0, 'APFR-GKD: tau of Eq. 7 (FedGKD\'s 1).'
 )
 DISTILLATION = flags.DEFINE_enum(
-    'distillation', 'binary', list(local_sgd.DISTILLATION_KINDS),
+    'distillation', 'binary', list(kd_loss.DISTILLATION_KINDS),
     'APFR-GKD: binary, the KL of each example\'s [sigmoid, 1 - sigmoid] '
     'at temperature tau; listwise, the KL of the softmax over a user\'s '
     'examples in a batch.',
@@ -61,8 +61,7 @@ DISTILLATION = flags.DEFINE_enum(
 
 
 def _check(entry) -> None:
-  client_start = (CLIENT_START.value
-                  or entry.default('training').client_start)
+  client_start = CLIENT_START.value or entry.default('client_start')
   if client_start == 'own_model' and STUDENT_START.value is not None:
     raise group.FlagError(
         '--student_start sets what a client trains from after a download; '
@@ -84,14 +83,12 @@ def _arguments(context: group.BuildContext) -> dict:
       'personalization': PERSONALIZATION.value,
       'heterogeneity_threshold': HETEROGENEITY_THRESHOLD.value,
       'buffer_size': BUFFER_SIZE.value,
-      **group.given_fields((STUDENT_START, 'student_start')),
-      'training': {
-          'distillation': client_training.DistillationOptions(
-              weight=DISTILLATION_WEIGHT.value,
-              temperature=TEMPERATURE.value, kind=DISTILLATION.value,
-          ),
-          **group.given_fields((CLIENT_START, 'client_start')),
-      },
+      **group.given_fields((STUDENT_START, 'student_start'),
+                           (CLIENT_START, 'client_start')),
+      'distillation': client_round.DistillationOptions(
+          weight=DISTILLATION_WEIGHT.value,
+          temperature=TEMPERATURE.value, kind=DISTILLATION.value,
+      ),
   }
 
 

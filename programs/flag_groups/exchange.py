@@ -4,8 +4,8 @@ FedRAS and its baselines, whose entries fix their exchange."""
 
 from absl import flags
 
-from tff_fedrec.algorithms.local_items import exchanges
 from tff_fedrec.algorithms.fedras import exchange as fedras_exchange
+from tff_fedrec.algorithms.local_items import exchanges
 from tff_fedrec.programs.flag_groups import group
 from tff_fedrec.programs.flag_groups import tiered
 

@@ -97,7 +97,8 @@ def test_apfr_gkd_without_flags_keeps_its_mlp_and_item_learning_rate():
   # local epochs.
   assert training.item_learning_rate == pytest.approx(1345.6)
   assert training.local_epochs == 10
-  assert training.client_start == 'download'
+  assert 'client_start' not in arguments
+  assert registry.get('apfr_gkd').default('client_start') == 'download'
 
 
 @pytest.mark.parametrize('args, field, expected', [
@@ -107,13 +108,13 @@ def test_apfr_gkd_without_flags_keeps_its_mlp_and_item_learning_rate():
     (['--buffer_size=2'], 'buffer_size', 2),
     (['--client_start=download', '--student_start=latest_aggregate'],
      'student_start', 'latest_aggregate'),
+    (['--client_start=own_model'], 'client_start', 'own_model'),
 ], ids=lambda value: str(value))
 def test_given_flags_reach_the_builder(args, field, expected):
   assert _arguments('apfr_gkd', *args)[field] == expected
 
 
 @pytest.mark.parametrize('method, args, field, expected', [
-    ('apfr_gkd', ['--client_start=own_model'], 'client_start', 'own_model'),
     ('apfr_gkd', ['--user_learning_rate=2'], 'user_learning_rate', 2.0),
     ('fedncf', ['--user_learning_rate=2'], 'user_learning_rate', 2.0),
     ('hetefedrec', ['--user_learning_rate=0.01'], 'user_learning_rate', 0.01),

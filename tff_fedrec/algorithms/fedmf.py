@@ -7,10 +7,10 @@ on the client for scoring. Any exchange (`exchanges`) carries the table.
 """
 
 from tff_fedrec import models
+from tff_fedrec.algorithms import method
+from tff_fedrec.algorithms.local_items import client_training
 from tff_fedrec.algorithms.local_items import exchanges
 from tff_fedrec.algorithms.local_items import item_method
-from tff_fedrec.algorithms.local_items import client_training
-from tff_fedrec.algorithms import method
 
 
 def build_fedmf(

@@ -8,10 +8,10 @@ updates alternate and fine-tuned item rows stay on the client. Any exchange
 """
 
 from tff_fedrec import models
+from tff_fedrec.algorithms import method
+from tff_fedrec.algorithms.local_items import client_training
 from tff_fedrec.algorithms.local_items import exchanges
 from tff_fedrec.algorithms.local_items import item_method
-from tff_fedrec.algorithms.local_items import client_training
-from tff_fedrec.algorithms import method
 
 
 def build_fedncf(

@@ -14,10 +14,10 @@ Example:
 """
 
 from tff_fedrec import models
+from tff_fedrec.algorithms import method
+from tff_fedrec.algorithms.local_items import client_training
 from tff_fedrec.algorithms.local_items import exchanges
 from tff_fedrec.algorithms.local_items import item_method
-from tff_fedrec.algorithms.local_items import client_training
-from tff_fedrec.algorithms import method
 
 
 def build_pfedrec(

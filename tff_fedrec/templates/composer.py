@@ -5,20 +5,23 @@ its baselines, HeteFedRec and its baselines, Standalone) is built here, as
 TFF's `learning.templates.composers.compose_learning_process` builds a
 `LearningProcess`, from
 
-  distributor   what the server sends: `distributors.Broadcast` (the global
-                parameters), `distributors.CompressedDownlink` (encoded
-                updates the clients apply to their own copies) or
-                `distributors.NoBroadcast`;
-  client work   `ClientWork`: a `tff.tensorflow.computation`
+  distributor   a `roles.Distributor`: what the server sends
+                (`distributors.Broadcast`, or a paper's own);
+  client work   a `roles.ClientWork`: a `tff.tensorflow.computation`
                   client_update: (<B, L, D> -> <L', <update, weight, metrics>>)
                 that trains a group of users from what it received (B), their
                 client state (L) and data (D), and returns their new state and
                 the group's upload;
   aggregator    a `tff.templates.AggregationProcess` (from a factory of
-                `tff_fedrec.aggregators`) taking the uploads' `update` and
-                `weight`;
-  finalizer     `finalizers.*`: the server's step from the aggregate
-                (apply the delta, an optimizer step, a distillation ...).
+                `tff.aggregators` or `tff_fedrec.aggregators`) taking the
+                uploads' `update` and `weight`;
+  finalizer     a `roles.Finalizer`: the server's step from the aggregate
+                (`finalizers.ApplyDelta`, an optimizer step, or a paper's
+                own).
+
+The roles are checked against each other first (`roles.check_roles`): a
+role that lacks a member, or a client work that cannot take what the
+distributor sends, fails with a TypeError before anything is traced.
 
 The result is a `two_phase.TwoPhaseProcess` (a round is a client step and a
 server step, so several executors train each client once):
@@ -41,43 +44,18 @@ finalizer, so that a downlink codec can encode the round's aggregate.
 Example (a broadcast, a sum and an identity finalizer):
   >>> process = compose_client_state_process(
   ...     initial_global_parameters=initial, distributor=distributors.Broadcast(),
-  ...     client_work=ClientWork(client_update),
+  ...     client_work=roles.client_work(client_update),
   ...     aggregator=tff.aggregators.SumFactory().create(update_type),
   ...     finalizer=finalizers.ApplyDelta())
 """
 
 import collections
-import dataclasses
 
 import numpy as np
 import tensorflow_federated as tff
 
+from tff_fedrec.templates import roles
 from tff_fedrec.templates import two_phase
-
-
-@dataclasses.dataclass(frozen=True)
-class ClientWork:
-  """The client work of a process.
-
-  Attributes:
-    client_update: A `tff.tensorflow.computation` (<B, L, D> -> <L', U>)
-      with U = <update, weight: float32, metrics: <loss_sum: float32,
-      num_examples: float32, ...>>.
-  """
-
-  client_update: tff.Computation
-
-  @property
-  def local_state_type(self) -> tff.Type:
-    return self.client_update.type_signature.parameter[1]
-
-  @property
-  def data_type(self) -> tff.Type:
-    return self.client_update.type_signature.parameter[2]
-
-  @property
-  def upload_type(self) -> tff.Type:
-    return self.client_update.type_signature.result[1]
 
 
 def _train_loss(client_metrics):
@@ -93,10 +71,10 @@ def _train_loss(client_metrics):
 def compose_client_state_process(
     *,
     initial_global_parameters: tff.Computation,
-    distributor,
-    client_work: ClientWork,
+    distributor: roles.Distributor,
+    client_work: roles.ClientWork,
     aggregator: tff.templates.AggregationProcess,
-    finalizer,
+    finalizer: roles.Finalizer,
 ) -> two_phase.TwoPhaseProcess:
   """Builds the process of the module docstring.
 
@@ -104,15 +82,24 @@ def compose_client_state_process(
     initial_global_parameters: A `tff.tensorflow.computation` ( -> G), the
       server's initial global parameters (an empty structure if there are
       none).
-    distributor: A `distributors` role.
-    client_work: The `ClientWork`.
+    distributor: The `roles.Distributor`.
+    client_work: The `roles.ClientWork`.
     aggregator: A weighted `tff.templates.AggregationProcess` of the
       uploads' `update` (next: <state, {update}@CLIENTS, {weight}@CLIENTS>).
-    finalizer: A `finalizers` role.
+    finalizer: The `roles.Finalizer`.
 
   Returns:
     A `two_phase.TwoPhaseProcess`.
+
+  Raises:
+    TypeError: for roles that do not fit together (`roles.check_roles`).
   """
+  roles.check_roles(
+      initial_global_parameters=initial_global_parameters,
+      distributor=distributor, client_work=client_work,
+      aggregator=aggregator, finalizer=finalizer,
+  )
+  update_type = client_work.client_update.type_signature
 
   @tff.federated_computation
   def initialize():
@@ -134,8 +121,8 @@ def compose_client_state_process(
 
   @tff.federated_computation(
       server_state_type,
-      tff.FederatedType(client_work.local_state_type, tff.CLIENTS),
-      tff.FederatedType(client_work.data_type, tff.CLIENTS),
+      tff.FederatedType(update_type.parameter[1], tff.CLIENTS),
+      tff.FederatedType(update_type.parameter[2], tff.CLIENTS),
   )
   def client_step(server_state, local_states, client_data):
     return tff.federated_map(
@@ -145,7 +132,7 @@ def compose_client_state_process(
 
   @tff.federated_computation(
       server_state_type,
-      tff.FederatedType(client_work.upload_type, tff.CLIENTS),
+      tff.FederatedType(update_type.result[1], tff.CLIENTS),
   )
   def server_step(server_state, uploads):
     aggregated = aggregator.next(

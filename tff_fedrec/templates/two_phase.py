@@ -31,7 +31,8 @@ Example:
   >>> state, new_locals, metrics = run_round(process, state, locals, data)
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Optional
 
 import numpy as np
 import tensorflow as tf
@@ -82,9 +83,12 @@ def run_round(
     server_state,
     local_states: Sequence,
     client_data: Sequence,
+    observe_uploads: Optional[Callable[[list], None]] = None,
 ):
   """`process.next` as its two steps; returns (state, new locals in client
-  order, metrics)."""
+  order, metrics). `observe_uploads`, if given, is called with the clients'
+  uploads (in client order) between the two steps: what each client sent,
+  for a program that studies it (FedRAS's information loss)."""
   indices = [np.int32(i) for i in range(len(client_data))]
   new_locals, uploads, returned = process.indexed_client_step(
       server_state, list(local_states), list(client_data), indices
@@ -92,6 +96,8 @@ def run_round(
   order = np.argsort(np.asarray(returned, np.int64), kind='stable')
   new_locals = [new_locals[i] for i in order]
   uploads = [uploads[i] for i in order]
+  if observe_uploads is not None:
+    observe_uploads(uploads)
   server_state, metrics = process.server_step(server_state, uploads)
   return server_state, new_locals, metrics
 

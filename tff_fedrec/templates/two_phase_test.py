@@ -7,8 +7,8 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_fedrec.templates import two_phase
 from tff_fedrec.programs import execution
+from tff_fedrec.templates import two_phase
 
 
 @tff.tensorflow.computation(np.float32, np.float32, np.float32)

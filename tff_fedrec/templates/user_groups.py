@@ -2,30 +2,20 @@
 
 TFF costs about 1 ms per client per round whatever the client does (measured
 on this machine), and one user's local training is a chain of tiny TF ops.
-So the simulation lets one TFF client train a group of U users at once
-(`local_training.train_users_locally`): each user keeps its own parameters,
-data, seed and upload, and the aggregators weight the group's mean upload by
-U, so a round gives the same result for any group size (tested), while the
-TF ops and the TFF client are shared by U users. On devices, U = 1.
+So the simulation lets one TFF client train a group of U users at once: each
+user keeps its own parameters, data, seed and upload, and the aggregators
+weight the group's mean upload by U, so a round gives the same result for
+any group size (tested for every method), while the TF ops and the TFF
+client are shared by U users. On devices, U = 1.
 
-A group's client data (`local_item_training.client_data_type`; the tiered
-processes add their own fields to it):
-  row_ids      int32 [U, T]  the user's compact item table: global ids of the
-                              distinct items in its data (padded with 0);
-  num_rows     int32 [U]     T_u, the real rows;
-  items        int32 [U, N]  each example's row in the user's compact table
-                              (padded with 0);
-  labels       float32 [U, N];
-  num_examples int32 [U]     n_u, the real examples;
-  seeds        int64 [U, 2]  the user's shuffle / noise seed.
-
-Users are grouped by number of examples so a group pads little, and never
-across keys (a method's tiers, whose models differ): `run_round` reads the
-groups' client state from the program's `client_state_store` and writes it
-back.
+A group's client data is the method's (`make_group_data`): each user's
+arrays padded to the group's largest (`pad_rows`) with the real sizes
+beside them. Users are grouped by their number of examples so a group pads
+little, and never across keys (a method's tiers, whose models differ):
+`run_round` reads the groups' client state from the program's
+`client_state_store` and writes it back (`ClientStateStore.put_group`).
 """
 
-import collections
 from collections.abc import Sequence
 
 import numpy as np
@@ -59,6 +49,8 @@ def group_positions(
 
 
 def pad_rows(arrays: Sequence[np.ndarray], dtype) -> np.ndarray:
+  """[len(arrays), the longest's length, ...]: each array's rows, padded
+  with zeros."""
   width = max((a.shape[0] for a in arrays), default=0)
   padded = np.zeros([len(arrays), width, *arrays[0].shape[1:]], dtype)
   for index, array in enumerate(arrays):
@@ -66,40 +58,17 @@ def pad_rows(arrays: Sequence[np.ndarray], dtype) -> np.ndarray:
   return padded
 
 
-def group_client_data(
-    user_data: Sequence[collections.OrderedDict],
-) -> collections.OrderedDict:
-  """One group's client data from its users' `OrderedDict(items, labels,
-  seed)` (item ids global); users without a seed give no `seeds`."""
-  row_ids, local_items = [], []
-  for data in user_data:
-    ids, inverse = np.unique(np.asarray(data['items']), return_inverse=True)
-    row_ids.append(ids.astype(np.int32))
-    local_items.append(inverse.astype(np.int32).reshape(-1))
-  return collections.OrderedDict(
-      row_ids=pad_rows(row_ids, np.int32),
-      num_rows=np.array([ids.size for ids in row_ids], np.int32),
-      items=pad_rows(local_items, np.int32),
-      labels=pad_rows(
-          [np.asarray(d['labels'], np.float32) for d in user_data], np.float32
-      ),
-      num_examples=np.array([len(d['items']) for d in user_data], np.int32),
-      **({'seeds': np.stack([np.asarray(d['seed'], np.int64)
-                             for d in user_data])}
-         if 'seed' in user_data[0] else {}),
-  )
-
-
 def run_round(
     process,
     server_state,
     store,
     users: np.ndarray,
-    user_data: Sequence[collections.OrderedDict],
     *,
+    sizes: Sequence[int],
+    make_group_data,
     users_per_group: int,
     keys=None,
-    make_group_data=None,
+    observe_uploads=None,
 ):
   """One round (`two_phase.run_round`) over the round's users, U per TFF
   client, their client state read from and written back to `store`.
@@ -109,31 +78,30 @@ def run_round(
     server_state: Its server state.
     store: The `client_state_store.ClientStateStore` of every user.
     users: int [n], the round's users.
-    user_data: Per user (same order), `OrderedDict(items, labels, seed,
-      ...)`.
+    sizes: Per user (same order), its number of examples (users of similar
+      sizes share a group).
+    make_group_data: positions in `users` -> that group's client data.
     users_per_group: U, the users one TFF client simulates.
     keys: int [n] or None; a group's users share a key (`group_positions`).
-    make_group_data: positions -> the group's client data; None means
-      `group_client_data` of their `user_data`.
+    observe_uploads: None, or called with [(group's positions, its client
+      data, its upload)] of the round, before the server step.
 
   Returns:
     (server_state, the round's metrics).
   """
   users = np.asarray(users)
-  if make_group_data is None:
-    make_group_data = lambda positions: group_client_data(
-        [user_data[p] for p in positions]
-    )
-  groups = group_positions(
-      [len(d['items']) for d in user_data], users_per_group, keys
-  )
+  groups = group_positions(sizes, users_per_group, keys)
   group_data = [make_group_data(positions) for positions in groups]
   group_states = [
       store.stacked_local_parameters(users[positions]) for positions in groups
   ]
+  observe = None
+  if observe_uploads is not None:
+    observe = lambda uploads: observe_uploads(
+        list(zip(groups, group_data, uploads)))
   server_state, group_states, metrics = two_phase.run_round(
-      process, server_state, group_states, group_data
+      process, server_state, group_states, group_data, observe
   )
   for positions, data, state in zip(groups, group_data, group_states):
-    store.put_group(users[positions], state, data['num_rows'])
+    store.put_group(users[positions], state, data)
   return server_state, metrics

@@ -1,8 +1,8 @@
-import collections
+"""Users grouped per TFF client: the grouping, and a round over a toy
+process whose client data is the method's own."""
 
 import numpy as np
 import pytest
-
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -10,14 +10,6 @@ from tff_fedrec import client_state_store
 from tff_fedrec.programs import execution
 from tff_fedrec.templates import two_phase
 from tff_fedrec.templates import user_groups
-
-
-def _user(items, labels, seed):
-  return collections.OrderedDict(
-      items=np.array(items, np.int32),
-      labels=np.array(labels, np.float32),
-      seed=np.array(seed, np.int64),
-  )
 
 
 def test_group_positions_puts_users_of_similar_size_together():
@@ -39,49 +31,18 @@ def test_group_positions_never_mixes_keys():
   assert [g.tolist() for g in groups] == [[1, 3], [5], [0, 4], [2]]
 
 
-def test_group_client_data_maps_each_user_to_its_compact_table():
-  users = [
-      _user([7, 3, 7, 9], [1, 0, 0, 1], [1, 2]),
-      _user([4], [1], [3, 4]),
-  ]
-  data = user_groups.group_client_data(users)
-
-  np.testing.assert_array_equal(data['num_rows'], [3, 1])
-  np.testing.assert_array_equal(data['num_examples'], [4, 1])
-  np.testing.assert_array_equal(data['seeds'], [[1, 2], [3, 4]])
-  assert data['row_ids'].shape == (2, 3) and data['items'].shape == (2, 4)
-  for index, user in enumerate(users):
-    n, t = data['num_examples'][index], data['num_rows'][index]
-    # Looking each example up in the compact table gives back its item.
-    np.testing.assert_array_equal(
-        data['row_ids'][index][data['items'][index, :n]], user['items']
-    )
-    np.testing.assert_array_equal(data['labels'][index, :n], user['labels'])
-    assert len(set(data['row_ids'][index, :t].tolist())) == t
-  # Padding is zero.
-  assert data['labels'][1, 1:].tolist() == [0, 0, 0]
-
-
-
-
 # A process whose client state is one float per user: each user adds the
-# sum of its items to its state, and the server counts the users.
+# sum of its values to its state, and the server counts the users. Its
+# client data is its own: each user's values, padded, and their counts.
 @tff.tensorflow.computation(
     np.float32, tff.TensorType(np.float32, [None]),
-    collections.OrderedDict(
-        row_ids=tff.TensorType(np.int32, [None, None]),
-        num_rows=tff.TensorType(np.int32, [None]),
-        items=tff.TensorType(np.int32, [None, None]),
-        labels=tff.TensorType(np.float32, [None, None]),
-        num_examples=tff.TensorType(np.int32, [None]),
-        seeds=tff.TensorType(np.int64, [None, 2]),
-    ),
+    (tff.TensorType(np.float32, [None, None]),
+     tff.TensorType(np.int32, [None])),
 )
 def _client_update(unused_server, local, data):
-  items = tf.gather(data['row_ids'], data['items'], batch_dims=1)
-  mask = tf.sequence_mask(data['num_examples'], tf.shape(items)[1])
-  added = tf.reduce_sum(
-      tf.where(mask, tf.cast(items, tf.float32), 0.0), axis=1)
+  values, counts = data
+  mask = tf.sequence_mask(counts, tf.shape(values)[1])
+  added = tf.reduce_sum(tf.where(mask, values, 0.0), axis=1)
   return local + added, tf.cast(tf.shape(local)[0], tf.float32)
 
 
@@ -115,16 +76,33 @@ def test_run_round_gives_every_user_its_own_new_state():
       6, [(np.arange(6), np.arange(6, dtype=np.float32) * 100)]
   )
   users = np.array([5, 1, 2, 0])
-  items = [[1, 2], [3], [4, 4, 4], [7]]
-  user_data = [_user(i, [1] * len(i), [0, u]) for u, i in zip(users, items)]
+  values = [np.array(v, np.float32) for v in ([1, 2], [3], [4, 4, 4], [7])]
+  observed = []
   with execution.worker_execution_context():
     state, metrics = user_groups.run_round(
-        process, np.float32(0.0), store, users, user_data,
-        users_per_group=3, keys=[0, 1, 0, 1],
+        process, np.float32(0.0), store, users,
+        sizes=[len(v) for v in values],
+        make_group_data=lambda positions: (
+            user_groups.pad_rows([values[p] for p in positions], np.float32),
+            np.array([len(values[p]) for p in positions], np.int32)),
+        users_per_group=3, keys=[0, 1, 0, 1], observe_uploads=observed.extend,
     )
   assert state == metrics == 4.0
-  # User u starts at 100 u and adds the sum of its items; 3 and 4 sit out.
+  # User u starts at 100 u and adds the sum of its values; 3 and 4 sit out.
   np.testing.assert_array_equal(
       store.stacked_local_parameters(np.arange(6)),
       [0 + 7, 100 + 3, 200 + 12, 300, 400, 500 + 3],
   )
+  # Key 0 (users 5, 2) in one group, key 1 (1, 0) in another; each group's
+  # upload (its user count) seen with its positions and data.
+  assert [positions.tolist() for positions, _, _ in observed] == [
+      [0, 2], [1, 3]]
+  assert [float(upload) for _, _, upload in observed] == [2.0, 2.0]
+  np.testing.assert_array_equal(observed[0][1][0], [[1, 2, 0], [4, 4, 4]])
+
+
+def test_pad_rows_pads_with_zeros_to_the_longest():
+  padded = user_groups.pad_rows(
+      [np.ones([2, 3]), np.ones([0, 3]), 2 * np.ones([1, 3])], np.float32)
+  assert padded.shape == (3, 2, 3) and padded.dtype == np.float32
+  np.testing.assert_array_equal(padded[:, :, 0], [[1, 1], [0, 0], [2, 0]])

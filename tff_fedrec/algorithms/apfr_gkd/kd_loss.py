@@ -22,6 +22,8 @@ writes out, so the gradients keep their size as tau changes.
 
 import tensorflow as tf
 
+DISTILLATION_KINDS = ('binary', 'listwise')
+
 
 def binary_kd_loss(
     teacher_logits: tf.Tensor, student_logits: tf.Tensor, temperature: float

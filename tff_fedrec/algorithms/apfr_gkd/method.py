@@ -4,7 +4,7 @@ Model: FedNCF's (Sec. 3): the user embedding p_i stays on the client, the
 item embedding Q and the score function W ("a single-layer MLP", Sec. 6.3:
 [p_i; q_j] -> Dense(32, ReLU) -> Dense(1), `hidden_units`) are shared.
 
-Where a client's local training starts (`training.client_start`; the two
+Where a client's local training starts (`client_start`; the two
 readings of Algorithm 1, spec section 9):
 
   'download'   every round the client's Q and W are the download (Sec.
@@ -55,17 +55,19 @@ Example:
 import dataclasses
 from typing import Optional
 
+import numpy as np
 import tensorflow_federated as tff
 
-from tff_fedrec.algorithms.apfr_gkd import heterogeneity
 from tff_fedrec import models
 from tff_fedrec.aggregators import population_mean
+from tff_fedrec.algorithms import method
+from tff_fedrec.algorithms.apfr_gkd import client_round as client_round_lib
+from tff_fedrec.algorithms.apfr_gkd import global_buffer
+from tff_fedrec.algorithms.apfr_gkd import heterogeneity
+from tff_fedrec.algorithms.local_items import client_training
 from tff_fedrec.algorithms.local_items import exchanges
 from tff_fedrec.algorithms.local_items import item_method
-from tff_fedrec.algorithms.local_items import client_training
-from tff_fedrec.algorithms import method
-from tff_fedrec.templates import distributors
-from tff_fedrec.templates import finalizers
+from tff_fedrec.algorithms.local_items import personal_rows
 
 PERSONALIZATIONS = ('auto', 'unary', 'dual')
 # Table 3's variants and two of the mechanisms alone.
@@ -86,8 +88,6 @@ DEFAULT_TRAINING = client_training.ClientTrainingConfig(
     item_lr_eta=8.0,
     local_epochs=10,
     dual_personalization=False,
-    keeps_trained_model=True,
-    distillation=client_training.DistillationOptions(),
 )
 
 
@@ -95,14 +95,15 @@ DEFAULT_TRAINING = client_training.ClientTrainingConfig(
 class APFRGKDMethod(item_method.LocalItemMethod):
   """APFR-GKD (module docstring).
 
-  Attributes (besides `LocalItemMethod`'s; `process` is the KD phase's):
+  Attributes (besides `LocalItemMethod`'s; `process` is the KD phase's,
+  `client_round` its `client_round.TrainedModelRound`):
     dual_process: The Dual phase's process (same server state), or None
       in Unary mode.
     mode: 'unary' or 'dual'.
     heterogeneity: {'p': P, 'threshold': epsilon, 'adapter_mode': what the
       adapter chose, 'chosen_by': 'adapter' or 'flag' or 'ablation'}.
     buffer_size: M.
-    student_start: `finalizers.BUFFER_STUDENT_STARTS` under
+    student_start: `global_buffer.BUFFER_STUDENT_STARTS` under
       `client_start='download'`; None under 'own_model' (the student is
       the client's own model).
     ablation: None or one of ABLATIONS.
@@ -115,13 +116,57 @@ class APFRGKDMethod(item_method.LocalItemMethod):
   student_start: Optional[str] = 'buffer_average'
   ablation: Optional[str] = None
 
+  @property
+  def starts_from_own_model(self) -> bool:
+    return self.client_round.starts_from_own_model
+
   def global_parameters(self, server_state):
     """The model the server serves (scores a user never selected, goes to
     a new phone): under 'own_model' the buffer's average, the teacher it
     broadcasts; else the global model clients start from."""
-    if self.training.starts_from_own_model:
+    if self.starts_from_own_model:
       return server_state['finalizer']['teacher']
     return super().global_parameters(server_state)
+
+  def initial_store(self) -> personal_rows.PersonalRowsStore:
+    """Under 'own_model' each user's own table: the rows it ever trained,
+    merged round after round over theta_0's (`OwnTableStore`)."""
+    if self.starts_from_own_model:
+      return personal_rows.OwnTableStore(
+          self.num_users, self.initial_client_state,
+          self.initial_parameters['item_embedding'],
+      )
+    return super().initial_store()
+
+  @property
+  def records_start_tables(self) -> bool:
+    # Under 'own_model' a user's untrained rows are theta_0's.
+    return not self.starts_from_own_model and super().records_start_tables
+
+  def group_data_fields(self, store, users, data) -> dict:
+    """Under 'own_model' each user's own rows of its compact table, which
+    the device holds and the simulation keeps in the store."""
+    if not self.starts_from_own_model:
+      return {}
+    return {client_round_lib.OWN_ROWS: store.table_vectors(
+        users, data['row_ids'])}
+
+  def _start_vectors(self, store, users, items, global_table):
+    """Under 'own_model', a user's untrained rows are theta_0's once it has
+    trained, and the global model's before (spec 7.11)."""
+    if not self.starts_from_own_model:
+      return super()._start_vectors(store, users, items, global_table)
+    has_own = np.asarray(store.stacked_local_parameters(users)[
+        client_round_lib.HAS_OWN_MODEL]) > 0
+    return np.where(has_own[:, None, None],
+                    self.initial_parameters['item_embedding'][items],
+                    global_table[items])
+
+  def _score_layers(self, local, global_params):
+    """Each user's trained copy of the shared score layers once it has
+    trained, the global ones before."""
+    return client_round_lib.trained_score_layers(
+        self.spec, local, global_params)
 
   def run_round(self, server_state, store, round_input, *,
                 users_per_client: int = 1) -> method.RoundResult:
@@ -163,7 +208,8 @@ class APFRGKDMethod(item_method.LocalItemMethod):
   def config_summary(self) -> dict:
     return {
         **super().config_summary(),
-        'client_start': self.training.client_start,
+        'client_start': self.client_round.client_start,
+        'distillation': dataclasses.asdict(self.client_round.distillation),
         'personalization': self.mode,
         'buffer_size': self.buffer_size,
         'student_start': self.student_start,
@@ -172,12 +218,12 @@ class APFRGKDMethod(item_method.LocalItemMethod):
 
   def description(self) -> str:
     h = self.heterogeneity
+    client_start = _CLIENT_START_TEXT[self.client_round.client_start]
     return (
         f'heterogeneity P = {h["p"]:.4f} (threshold {h["threshold"]:g}: '
         f'the adapter chooses {h["adapter_mode"]}); personalization '
         f'{self.mode} ({h["chosen_by"]}); buffer M = {self.buffer_size}; '
-        f'clients start from {_CLIENT_START_TEXT[self.training.client_start]}'
-        '; ' + super().description()
+        f'clients start from {client_start}; ' + super().description()
     )
 
 
@@ -208,6 +254,9 @@ def build_apfr_gkd(
     embedding_dim: int = 32,
     hidden_units: tuple[int, ...] = (32,),
     training: client_training.ClientTrainingConfig = DEFAULT_TRAINING,
+    client_start: str = 'download',
+    distillation: client_round_lib.DistillationOptions = (
+        client_round_lib.DistillationOptions()),
     personalization: str = 'auto',
     heterogeneity_threshold: float = heterogeneity.DEFAULT_THRESHOLD,
     buffer_size: int = 5,
@@ -221,9 +270,10 @@ def build_apfr_gkd(
     seed: Initial parameters and P's k-means.
     embedding_dim: d of p_i and q_j (32, Sec. 6.3).
     hidden_units: Hidden layers of the score MLP (empty: one dense layer).
-    training: The local training of both phases; its `distillation` is the
-      KD phase's (mu, tau, binary or list-wise), its `client_start` the
-      reading of Algorithm 1 (module docstring).
+    training: The local training of both phases.
+    client_start: The reading of Algorithm 1 (module docstring):
+      'download' or 'own_model'.
+    distillation: The KD phase's mu, tau, binary or list-wise.
     personalization: 'auto' (the adapter: Dual iff P >= threshold),
       'unary' or 'dual'.
     heterogeneity_threshold: epsilon.
@@ -243,16 +293,14 @@ def build_apfr_gkd(
     raise ValueError(
         'APFR-GKD trains its KD phase jointly; its PFedRec-style phase is '
         '--personalization=dual. Drop --dual_personalization.')
-  distillation = training.distillation or (
-      client_training.DistillationOptions())
   if ablation == 'no_kd':
     distillation = dataclasses.replace(distillation, weight=0.0)
   if ablation == 'no_buffer':
     buffer_size = 1
-  training = dataclasses.replace(
-      training, keeps_trained_model=True, distillation=distillation
-  ).for_items(data.num_items)
-  own_model = training.starts_from_own_model
+  training = training.for_items(data.num_items)
+  kd_round = client_round_lib.TrainedModelRound(
+      client_start=client_start, distillation=distillation)
+  own_model = kd_round.starts_from_own_model
   if own_model and student_start is not None:
     raise ValueError(
         '--student_start sets what the student starts from after a '
@@ -292,11 +340,11 @@ def build_apfr_gkd(
             tff.aggregators.MeanFactory(), population=data.num_users),
     )
 
-  def process_of(phase_training):
+  def process_of(phase_training, phase_round):
     return client_training.build_process(
-        spec, params, phase_training, exchange,
-        distributor=distributors.TeacherBroadcast(),
-        finalizer=finalizers.BufferedGlobalModel(
+        spec, params, phase_training, exchange, client_round=phase_round,
+        distributor=global_buffer.TeacherBroadcast(),
+        finalizer=global_buffer.BufferedGlobalModel(
             global_initial, buffer_size=buffer_size,
             student_start='latest_aggregate' if own_model else student_start,
         ),
@@ -305,17 +353,19 @@ def build_apfr_gkd(
 
   dual_process = None
   if mode == 'dual':
-    dual_process = process_of(dataclasses.replace(
-        training, dual_personalization=True,
-        alternating_first_keys=_DUAL_PHASE_FIRST_KEYS, distillation=None,
-    ))
+    dual_process = process_of(
+        dataclasses.replace(training, dual_personalization=True),
+        dataclasses.replace(kd_round, distillation=None,
+                            first_step_keys=_DUAL_PHASE_FIRST_KEYS),
+    )
   return APFRGKDMethod(
       spec=spec,
       training=training,
       exchange=exchange,
       initial_parameters=params,
-      process=process_of(training),
+      process=process_of(training, kd_round),
       num_users=data.num_users,
+      client_round=kd_round,
       dual_process=dual_process,
       mode=mode,
       heterogeneity={'p': p, 'threshold': heterogeneity_threshold,

@@ -25,9 +25,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tff_fedrec.algorithms.local_items import client_training
 from tff_fedrec.algorithms import method
+from tff_fedrec.algorithms.apfr_gkd import client_round
 from tff_fedrec.algorithms.apfr_gkd import method as apfr_gkd
+from tff_fedrec.algorithms.local_items import client_training
 from tff_fedrec.programs import execution
 
 _NUM_USERS, _NUM_ITEMS, _DIM, _HIDDEN = 3, 12, 4, 3
@@ -54,14 +55,14 @@ def _build(client_start, **options):
   training = client_training.ClientTrainingConfig(
       learning_rate=_LEARNING_RATE, item_learning_rate=_ITEM_LEARNING_RATE,
       user_learning_rate=_USER_LEARNING_RATE, batch_size=16, local_epochs=1,
-      dual_personalization=False, client_start=client_start,
-      distillation=client_training.DistillationOptions(
-          weight=_MU, temperature=_TAU),
+      dual_personalization=False,
   )
   return apfr_gkd.build_apfr_gkd(
       data=data, seed=3, embedding_dim=_DIM, hidden_units=(_HIDDEN,),
-      training=training, personalization='unary', buffer_size=_BUFFER,
-      **options)
+      training=training, client_start=client_start,
+      distillation=client_round.DistillationOptions(
+          weight=_MU, temperature=_TAU),
+      personalization='unary', buffer_size=_BUFFER, **options)
 
 
 def _round_input(round_num):

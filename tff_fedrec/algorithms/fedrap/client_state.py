@@ -17,7 +17,7 @@ per user,
 After a round the user's new rows replace its old ones of the same items,
 and its other old rows are multiplied by round_row_scale (`put_group`).
 Checkpoints are the base store's arrays; D_0 is rebuilt from the seed.
-The merging is `client_state_store.OwnTableStore`'s, with these scales.
+The merging is `personal_rows.OwnTableStore`'s, with these scales.
 
 Example:
   >>> store = PersonalTableStore(num_users, initial_state, initial_table)
@@ -28,10 +28,10 @@ import collections
 
 import numpy as np
 
-from tff_fedrec import client_state_store
+from tff_fedrec.algorithms.local_items import personal_rows
 
 
-class PersonalTableStore(client_state_store.OwnTableStore):
+class PersonalTableStore(personal_rows.OwnTableStore):
   """Client states of `num_users` users whose D^(i) starts at
   `initial_table` [I, d] (module docstring). `initial_state` is one user's
   `OrderedDict(local_parameters=<..., untrained_row_scale,

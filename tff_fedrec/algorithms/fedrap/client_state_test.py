@@ -60,10 +60,10 @@ def test_rounds_merge_trained_rows_and_decay_the_others():
   # Round 1: user 0 trains items 2 and 5 (scale 0.5), user 2 item 7.
   state, counts = _group_state([[2, 5], [7]], [_rows(1, 2), _rows(2, 1)],
                                [0.5, 0.8], [0.5, 0.8])
-  store.put_group(np.array([0, 2]), state, counts)
+  store.put_group(np.array([0, 2]), state, {'num_rows': counts})
   # Round 2: user 0 trains items 5 and 8 (scale 0.25).
   state, counts = _group_state([[5, 8]], [_rows(3, 2)], [0.25], [0.125])
-  store.put_group(np.array([0]), state, counts)
+  store.put_group(np.array([0]), state, {'num_rows': counts})
 
   (user0,) = store.get([0])
   np.testing.assert_array_equal(user0['personal_item_ids'], [2, 5, 8])
@@ -89,7 +89,7 @@ def test_checkpoint_round_trip():
   store, _ = _store()
   state, counts = _group_state([[4, 1], [6]], [_rows(1, 2), _rows(2, 1)],
                                [0.5, 0.8], [0.5, 0.8])
-  store.put_group(np.array([1, 2]), state, counts)
+  store.put_group(np.array([1, 2]), state, {'num_rows': counts})
   restored, _ = _store()
   restored.load_arrays(store.to_arrays())
   items = np.tile(np.arange(_NUM_ITEMS), [3, 1])

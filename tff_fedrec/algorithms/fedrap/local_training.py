@@ -19,10 +19,11 @@ decays, by the same factor at every step, so their product over the round,
 of them: the program scales the user's other rows of D^(i) by it
 (`client_state`), and its upload of C carries it (`process`).
 
-Users are vectorised as in `tff_fedrec.local_training`: leading dimension
-[U], user u's batch b holds its own examples b*B .. (b+1)*B - 1 of the
-epoch's order, padding is masked, and a user whose data has run out takes
-no step at all (no decay, no scheduler step). Early stopping on the
+Users are vectorised by the one client loop
+(`client_loop.for_each_user_batch`, order 'given_then_shuffled'): leading
+dimension [U], user u's batch b holds its own examples b*B .. (b+1)*B - 1
+of the epoch's order, padding is masked, and a user whose data has run out
+takes no step at all (no decay, no scheduler step). Early stopping on the
 relative change of the running loss (the reference's tol = 1e-4) is left
 out: every user runs all its epochs.
 """
@@ -32,7 +33,7 @@ import dataclasses
 
 import tensorflow as tf
 
-from tff_fedrec.algorithms.local_items import local_sgd as shared_local_training
+from tff_fedrec import client_loop
 from tff_fedrec import scoring
 from tff_fedrec.algorithms.fedrap import losses
 
@@ -148,61 +149,65 @@ def train_users_locally(
       tf.cast(round_num, tf.float32),
   )
   wd = config.weight_decay
-  batch_size = config.batch_size
-  score_layers = tf.nest.map_structure(tf.identity, score_layers)
   num_users = tf.shape(num_examples)[0]
-  max_examples = tf.shape(items)[1]
-  num_batches = (tf.reduce_max(num_examples) + batch_size - 1) // batch_size
-  loss_sum = tf.zeros([num_users], tf.float32)
-  steps = tf.zeros([num_users], tf.float32)
-  row_scale = tf.ones([num_users], tf.float32)
-  for epoch in tf.range(config.local_epochs):
-    order = shared_local_training._epoch_order(  # pylint: disable=protected-access
-        num_examples, max_examples, shuffle_seeds, epoch
+
+  def step(state, batch):
+    score_layers, personal_rows, global_rows, loss_sum, steps, row_scale = (
+        state)
+    batch_items = batch.examples['items']
+    personal = tf.gather(personal_rows, batch_items, batch_dims=1)
+    shared = tf.gather(global_rows, batch_items, batch_dims=1)
+    watched = [score_layers, personal, shared]
+    with tf.GradientTape() as tape:
+      tape.watch(watched)
+      logits = scoring.score_function_logits(
+          personal + shared, _layers(score_layers)
+      )
+      user_losses = losses.batch_losses(
+          logits, batch.examples['labels'], personal, shared, batch.mask,
+          lam=lam, mu=mu,
+      )
+      total = tf.reduce_sum(user_losses)
+    layer_grads, personal_grads, shared_grads = tape.gradient(total, watched)
+    # Users without a real example this batch take no step.
+    steps_here = tf.cast(tf.reduce_sum(batch.mask, axis=1) > 0, tf.float32)
+    lr_scale = steps_here * round_scale * tf.pow(
+        tf.constant(config.batch_lr_decay, tf.float32), steps
     )
-    for batch in tf.range(num_batches):
-      index = order[:, batch * batch_size : (batch + 1) * batch_size]
-      mask = tf.cast(index < num_examples[:, None], tf.float32)
-      batch_items = tf.gather(items, index, batch_dims=1)
-      batch_labels = tf.gather(labels, index, batch_dims=1)
-      personal = tf.gather(personal_rows, batch_items, batch_dims=1)
-      shared = tf.gather(global_rows, batch_items, batch_dims=1)
-      watched = [score_layers, personal, shared]
-      with tf.GradientTape() as tape:
-        tape.watch(watched)
-        logits = scoring.score_function_logits(
-            personal + shared, _layers(score_layers)
-        )
-        user_losses = losses.batch_losses(
-            logits, batch_labels, personal, shared, mask, lam=lam, mu=mu
-        )
-        total = tf.reduce_sum(user_losses)
-      layer_grads, personal_grads, shared_grads = tape.gradient(
-          total, watched
-      )
-      # Users without a real example this batch take no step.
-      steps_here = tf.cast(tf.reduce_sum(mask, axis=1) > 0, tf.float32)
-      lr_scale = steps_here * round_scale * tf.pow(
-          tf.constant(config.batch_lr_decay, tf.float32), steps
-      )
-      network_lr = config.learning_rate * lr_scale
-      item_lr = config.item_learning_rate * lr_scale
-      item_decay = 1.0 - item_lr * wd
-      score_layers = tf.nest.map_structure(
-          lambda value, grad: value - tf.reshape(
-              network_lr, [-1] + [1] * (value.shape.rank - 1)
-          ) * (grad + wd * value),
-          score_layers, layer_grads,
-      )
-      personal_rows = _scatter_rows(
-          personal_rows, batch_items, personal_grads, item_lr, item_decay
-      )
-      global_rows = _scatter_rows(
-          global_rows, batch_items, shared_grads, item_lr, item_decay
-      )
-      row_scale *= item_decay
-      steps += steps_here
-      loss_sum += user_losses * tf.reduce_sum(mask, axis=1)
+    network_lr = config.learning_rate * lr_scale
+    item_lr = config.item_learning_rate * lr_scale
+    item_decay = 1.0 - item_lr * wd
+    score_layers = tf.nest.map_structure(
+        lambda value, grad: value - tf.reshape(
+            network_lr, [-1] + [1] * (value.shape.rank - 1)
+        ) * (grad + wd * value),
+        score_layers, layer_grads,
+    )
+    return (
+        score_layers,
+        _scatter_rows(personal_rows, batch_items, personal_grads, item_lr,
+                      item_decay),
+        _scatter_rows(global_rows, batch_items, shared_grads, item_lr,
+                      item_decay),
+        loss_sum + user_losses * tf.reduce_sum(batch.mask, axis=1),
+        steps + steps_here,
+        row_scale * item_decay,
+    )
+
+  score_layers, personal_rows, global_rows, loss_sum, _, row_scale = (
+      client_loop.for_each_user_batch(
+          {'items': items, 'labels': labels},
+          tf.sequence_mask(num_examples, tf.shape(items)[1], tf.float32),
+          seeds=shuffle_seeds,
+          batch_size=config.batch_size,
+          epochs=config.local_epochs,
+          init=(tf.nest.map_structure(tf.identity, score_layers),
+                personal_rows, global_rows,
+                tf.zeros([num_users], tf.float32),
+                tf.zeros([num_users], tf.float32),
+                tf.ones([num_users], tf.float32)),
+          step=step,
+      ))
   return LocalTrainingResult(
       personal_rows=personal_rows,
       global_rows=global_rows,

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tff_fedrec.algorithms.local_items import local_sgd as shared_local_training
 from tff_fedrec.algorithms.fedrap import local_training
 
 _NUM_ITEMS, _DIM = 12, 3
@@ -77,12 +76,14 @@ def _tables(seed):
 
 
 def _orders(num_examples, seed, epochs):
-  return [
-      shared_local_training._epoch_order(  # pylint: disable=protected-access
-          tf.constant([num_examples]), num_examples,
-          tf.constant([seed], tf.int64), tf.constant(epoch),
-      ).numpy()[0]
-      for epoch in range(epochs)
+  """The reference code's order of a user's examples in each epoch, as
+  the client loop documents it: as given, then reshuffled with seed +
+  epoch."""
+  return [np.arange(num_examples)] + [
+      tf.random.experimental.stateless_shuffle(
+          tf.range(num_examples),
+          seed=tf.constant(seed, tf.int64) + epoch).numpy()
+      for epoch in range(1, epochs)
   ]
 
 

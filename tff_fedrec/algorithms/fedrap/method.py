@@ -31,12 +31,13 @@ import numpy as np
 import tensorflow_federated as tff
 
 from tff_fedrec import models
-from tff_fedrec.algorithms.local_items import exchanges
-from tff_fedrec.algorithms.local_items import item_method
 from tff_fedrec.algorithms import method
 from tff_fedrec.algorithms.fedrap import client_state
 from tff_fedrec.algorithms.fedrap import local_training
 from tff_fedrec.algorithms.fedrap import process as process_lib
+from tff_fedrec.algorithms.local_items import compact_tables
+from tff_fedrec.algorithms.local_items import exchanges
+from tff_fedrec.algorithms.local_items import item_method
 from tff_fedrec.templates import user_groups
 
 # The reference code counts |C| <= 1e-4 as zero.
@@ -90,7 +91,7 @@ class FedRAPMethod(item_method.ItemTableMethod):
     users = np.asarray(round_input.users)
 
     def group_data(positions):
-      data = user_groups.group_client_data(
+      data = compact_tables.group_client_data(
           [round_input.user_data[p] for p in positions]
       )
       data['personal_rows'] = store.table_vectors(
@@ -99,8 +100,9 @@ class FedRAPMethod(item_method.ItemTableMethod):
       return data
 
     server_state, metrics = user_groups.run_round(
-        self.process, server_state, store, users, round_input.user_data,
-        users_per_group=users_per_client, make_group_data=group_data,
+        self.process, server_state, store, users,
+        sizes=[len(d['items']) for d in round_input.user_data],
+        make_group_data=group_data, users_per_group=users_per_client,
     )
     table_bytes = exchanges.parameter_bytes(
         self.initial_parameters, ['item_embedding']

@@ -15,8 +15,8 @@ import tensorflow as tf
 from tff_fedrec.algorithms import method
 from tff_fedrec.algorithms.fedrap import local_training
 from tff_fedrec.algorithms.fedrap import method as fedrap
+from tff_fedrec.algorithms.local_items import compact_tables
 from tff_fedrec.programs import execution
-from tff_fedrec.templates import user_groups
 
 _NUM_USERS, _NUM_ITEMS, _DIM = 4, 20, 3
 _TRAINING = local_training.FedRAPTrainingConfig(
@@ -61,7 +61,7 @@ def _round_input(round_num, positives):
 def _alone(built, user_data):
   """One user's round 0 by `local_training` alone: its dense D^(u), its
   dense copy of C and its affine layer."""
-  data = user_groups.group_client_data([user_data])
+  data = compact_tables.group_client_data([user_data])
   ids = data['row_ids'][0]
   d0 = built.initial_personal_table
   c0 = built.initial_parameters['item_embedding']

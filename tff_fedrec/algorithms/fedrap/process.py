@@ -8,7 +8,7 @@
                round's items, D^(i)'s from the program's store (in the
                client data) and C's from the broadcast; its upload is its
                trained copy of C as a delta (`group_mean_table_delta`);
-  aggregator   `keyed.KeyedFactory(item=tff.aggregators.MeanFactory())`,
+  aggregator   `keyed.KeyedFactory(item_embedding=MeanFactory())`,
                weighted by the users of each TFF client: the uniform mean
                over users of their copies of C, as the reference code
                averages `item_commonality.weight`;
@@ -26,7 +26,7 @@ Types (`composer` gives S and M):
   D = `client_training.client_data_type` of a broadcast, plus
       personal_rows float32[U, T, d]: each user's rows of D^(i) for its
       round's items
-  upload = <update=<item: float32[I, d]>, weight=U,
+  upload = <update=<item_embedding: float32[I, d]>, weight=U,
             metrics=<loss_sum, num_examples>>
 """
 
@@ -37,12 +37,13 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_fedrec.aggregators import keyed
-from tff_fedrec.algorithms.local_items import exchanges
-from tff_fedrec.algorithms.local_items import client_training
 from tff_fedrec.algorithms.fedrap import local_training
+from tff_fedrec.algorithms.local_items import client_training
+from tff_fedrec.algorithms.local_items import exchanges
 from tff_fedrec.templates import composer
 from tff_fedrec.templates import distributors
 from tff_fedrec.templates import finalizers
+from tff_fedrec.templates import roles
 from tff_fedrec.templates import two_phase
 
 
@@ -112,7 +113,7 @@ def build_client_work(
     broadcast_type: tff.Type,
     num_items: int,
     embedding_dim: int,
-) -> composer.ClientWork:
+) -> roles.ClientWork:
   """The client work of the module docstring."""
   local_type = tff.to_type(tf.nest.map_structure(
       lambda leaf: tff.TensorType(
@@ -143,7 +144,7 @@ def build_client_work(
         personal_item_ids=data['row_ids'],
         personal_item_rows=result.personal_rows,
     )
-    update = collections.OrderedDict(item=group_mean_table_delta(
+    update = collections.OrderedDict(item_embedding=group_mean_table_delta(
         table, data['row_ids'], data['num_rows'], start,
         result.global_rows, result.round_row_scale,
     ))
@@ -156,7 +157,7 @@ def build_client_work(
         update=update, weight=tf.cast(num_users, tf.float32), metrics=metrics
     )
 
-  return composer.ClientWork(client_update)
+  return roles.client_work(client_update)
 
 
 def build_process(
@@ -182,7 +183,7 @@ def build_process(
 
   distributor = distributors.Broadcast()
   update_type = collections.OrderedDict(
-      item=tff.TensorType(np.float32, [num_items, embedding_dim])
+      item_embedding=tff.TensorType(np.float32, [num_items, embedding_dim])
   )
   return composer.compose_client_state_process(
       initial_global_parameters=initial_global_parameters,
@@ -195,7 +196,7 @@ def build_process(
           num_items, embedding_dim,
       ),
       aggregator=keyed.KeyedFactory(collections.OrderedDict(
-          item=tff.aggregators.MeanFactory()
+          item_embedding=tff.aggregators.MeanFactory()
       )).create(tff.to_type(update_type), tff.TensorType(np.float32)),
       finalizer=finalizers.ApplyDelta(),
   )

@@ -1,5 +1,5 @@
-"""FedRAS's exchange and its codec baselines', as options any local-item
-method takes (`exchanges.CompressedExchange`).
+"""FedRAS's exchange and its baselines', as options any local-item method
+takes (`compressed_exchange.CompressedExchange`, `NarrowBroadcastExchange`).
 
 FedRAS ("Gradients as an Action", Lu et al., KDD 2025) sends item-embedding
 updates as shared actions, both ways: the k-means centroids of the gradient
@@ -14,6 +14,8 @@ the item table and applies the actions it receives (line 24).
                        (alpha = 0: fixed k) and T (FedAvg aggregation) of
                        Sec. 5.4.1, per-user bandwidths from a range (Sec.
                        5.5) or from rates per tier.
+  NarrowBroadcastOptions  "Base" of Sec. 5.1: a broadcast of a narrower
+                       table, its bytes counted against the full width.
   CodecBaselineOptions Topk, SVD and CoLR of Sec. 5.1: the same client
                        copies, catch-up and byte accounting, and FedAvg
                        aggregation ("the classical FL algorithm FedAvg").
@@ -64,11 +66,12 @@ from typing import Optional
 import numpy as np
 
 from tff_fedrec import clustering
+from tff_fedrec.algorithms.fedras import bandwidths as bandwidths_lib
+from tff_fedrec.algorithms.fedras import compressed_exchange
 from tff_fedrec.algorithms.fedras import compression
 from tff_fedrec.algorithms.fedras import downlink_codecs
 from tff_fedrec.algorithms.fedras import row_codecs
 from tff_fedrec.algorithms.local_items import exchanges
-from tff_fedrec.algorithms.fedras import bandwidths as bandwidths_lib
 
 ABLATIONS = ('E', 'F', 'T')
 DEFAULT_ALPHA = 0.2  # Sec. 5.1.
@@ -138,7 +141,7 @@ class FedRASOptions:
     )
 
   def build(self, *, num_items: int, embedding_dim: int, seed: int,
-            user_tiers=None) -> exchanges.CompressedExchange:
+            user_tiers=None) -> compressed_exchange.CompressedExchange:
     alpha = 0.0 if self.ablation == 'F' else self.alpha
     bandwidths = self.bandwidths(num_items, embedding_dim, seed, user_tiers)
     downlink_codec = downlink_codecs.ClusteredActionsDownlink(
@@ -154,7 +157,7 @@ class FedRASOptions:
           f'{bandwidths.smallest} rows, takes: raise alpha (Sec. 5.5 adjusts '
           'it to the range).'
       )
-    return exchanges.CompressedExchange(
+    return compressed_exchange.CompressedExchange(
         num_items=num_items,
         upload_codec=row_codecs.ClusteredActions(self.num_iterations),
         downlink_codec=downlink_codec,
@@ -226,12 +229,12 @@ class CodecBaselineOptions:
       )
 
   def build(self, *, num_items: int, embedding_dim: int, seed: int,
-            user_tiers=None) -> exchanges.CompressedExchange:
+            user_tiers=None) -> compressed_exchange.CompressedExchange:
     del user_tiers  # One rate for every client (Sec. 5.1).
     upload_codec, downlink_codec = baseline_codecs(
         self.scheme, num_items, embedding_dim, self.compression_rate
     )
-    return exchanges.CompressedExchange(
+    return compressed_exchange.CompressedExchange(
         num_items=num_items,
         upload_codec=upload_codec,
         downlink_codec=downlink_codec,
@@ -243,3 +246,58 @@ class CodecBaselineOptions:
         resync_when_cheaper=self.resync_when_cheaper,
         seed=seed,
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class NarrowBroadcastExchange(exchanges.BroadcastExchange):
+  """"Base" of Sec. 5.1: the broadcast of a table of width d' (the model's),
+  its bytes counted against the width-d exchange it stands in for: uploads
+  4 d' bytes per row (no ids, as the compressed exchanges count), a
+  download the whole [N, d'] table, and the uncompressed reference the
+  same at width d = `reference_embedding_dim`."""
+
+  reference_embedding_dim: int = 0
+
+  def __post_init__(self):
+    super().__post_init__()
+    if self.reference_embedding_dim < 1:
+      raise ValueError('reference_embedding_dim must be at least 1; got '
+                       f'{self.reference_embedding_dim}.')
+
+  def describe(self, num_users: int) -> dict:
+    return {**super().describe(num_users),
+            'reference_embedding_dim': self.reference_embedding_dim}
+
+  def description(self, num_users: int) -> str:
+    return (f'{super().description(num_users)}, bytes against width '
+            f'{self.reference_embedding_dim}')
+
+  def round_bytes(self, spec, initial_parameters, metrics,
+                  num_clients: int) -> exchanges.RoundBytes:
+    theta = exchanges.dense_parameter_bytes(spec, initial_parameters) * (
+        num_clients)
+    dim = spec.embedding_dim
+    uploaded_rows = metrics['aggregator']['item_embedding']['uploaded_rows']
+    table = compression.dense_bytes(self.num_items, dim)
+    full_table = compression.dense_bytes(
+        self.num_items, self.reference_embedding_dim
+    )
+    upload = compression.FLOAT_BYTES * int(uploaded_rows) * dim + theta
+    download = num_clients * table + theta
+    dense = num_clients * full_table + theta
+    # One message a round: the [N, d'] table, against the [N, d] one.
+    return exchanges.RoundBytes(upload, download, dense, dense,
+                                num_clients * table, num_clients * full_table)
+
+
+@dataclasses.dataclass(frozen=True)
+class NarrowBroadcastOptions:
+  """Options of a `NarrowBroadcastExchange` ("Base", Sec. 5.1)."""
+
+  reference_embedding_dim: int
+
+  def build(self, *, num_items: int, embedding_dim: int, seed: int,
+            user_tiers=None) -> NarrowBroadcastExchange:
+    del embedding_dim, seed, user_tiers
+    return NarrowBroadcastExchange(
+        num_items, reference_embedding_dim=self.reference_embedding_dim)

@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tff_fedrec.algorithms.fedras import downlink_codecs
 from tff_fedrec.algorithms.fedras import information_loss
 from tff_fedrec.algorithms.fedras import row_codecs
-from tff_fedrec.algorithms.fedras import downlink_codecs
 
 
 def test_compression_loss_averages_over_rows_either_side_sends():

@@ -27,11 +27,10 @@ import dataclasses
 from typing import Optional
 
 from tff_fedrec import models
-from tff_fedrec.algorithms.local_items import exchanges
-from tff_fedrec.algorithms.local_items import item_method
-from tff_fedrec.algorithms.local_items import client_training
 from tff_fedrec.algorithms import method
 from tff_fedrec.algorithms.fedras import exchange as exchange_lib
+from tff_fedrec.algorithms.local_items import client_training
+from tff_fedrec.algorithms.local_items import item_method
 
 # Sec. 5.1: SGD, batch size 256, 2 local epochs; 4 negatives per positive
 # are the protocol's.
@@ -145,8 +144,8 @@ def build_base_small_dim(
 ) -> item_method.LocalItemMethod:
   """"Base" of Sec. 5.1: FedAvg on FedMF / FedNCF with every embedding of
   width `small_embedding_dim(embedding_dim, compression_rate)`; the NCF
-  MLP keeps its hidden units. Bytes as `exchanges.BroadcastExchange`
-  counts them with `reference_embedding_dim=embedding_dim`."""
+  MLP keeps its hidden units. Bytes as
+  `exchange_lib.NarrowBroadcastExchange` counts them against width d."""
   if training.dual_personalization:
     raise ValueError('Base is plain FedAvg: no dual personalization.')
   if not 0 <= compression_rate < 1:
@@ -159,7 +158,7 @@ def build_base_small_dim(
   )
   return item_method.build_method(
       spec, training,
-      exchanges.BroadcastOptions(reference_embedding_dim=embedding_dim),
+      exchange_lib.NarrowBroadcastOptions(embedding_dim),
       data=data, seed=seed, item_aggregator=item_aggregator,
       model_aggregator=model_aggregator,
   )

@@ -18,18 +18,19 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tff_fedrec.algorithms.fedras import action_clustering
-from tff_fedrec.algorithms.fedras import cluster_and_split
-from tff_fedrec.algorithms.local_items import item_scoring
-from tff_fedrec.algorithms.fedras import compression
-from tff_fedrec.algorithms.local_items import local_sgd
 from tff_fedrec import models
-from tff_fedrec.algorithms.local_items import exchanges
-from tff_fedrec.algorithms.local_items import client_training
 from tff_fedrec.algorithms import method as method_lib
+from tff_fedrec.algorithms.fedras import action_clustering
 from tff_fedrec.algorithms.fedras import bandwidths as fedras_bandwidths
+from tff_fedrec.algorithms.fedras import cluster_and_split
+from tff_fedrec.algorithms.fedras import compressed_exchange
+from tff_fedrec.algorithms.fedras import compression
 from tff_fedrec.algorithms.fedras import exchange as fedras_exchange
 from tff_fedrec.algorithms.fedras import methods as fedras
+from tff_fedrec.algorithms.local_items import client_training
+from tff_fedrec.algorithms.local_items import exchanges
+from tff_fedrec.algorithms.local_items import item_scoring
+from tff_fedrec.algorithms.local_items import local_sgd
 from tff_fedrec.programs import execution
 
 _NUM_ITEMS = 24
@@ -192,7 +193,7 @@ class _Reference:
     n, d = rows.shape
     if self.scheme == 'fedras':
       message = action_clustering.encode_actions(
-          rows, bandwidth, exchanges.kmeans_seeds(seed[None])[0]
+          rows, bandwidth, compressed_exchange.kmeans_seeds(seed[None])[0]
       )
       decoded = action_clustering.decode_actions(
           message.actions, message.action_index

@@ -31,13 +31,13 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_fedrec import client_state_store
 from tff_fedrec import models
+from tff_fedrec.algorithms import method
 from tff_fedrec.algorithms.fedrecon import reconstruction
+from tff_fedrec.algorithms.local_items import client_training
 from tff_fedrec.algorithms.local_items import exchanges
 from tff_fedrec.algorithms.local_items import item_method
-from tff_fedrec.algorithms.local_items import client_training
-from tff_fedrec.algorithms import method
+from tff_fedrec.algorithms.local_items import personal_rows
 
 
 class _UserEmbedding(tf.keras.layers.Layer):
@@ -91,8 +91,8 @@ class ReconstructionMethod(item_method.ItemTableMethod):
   training: client_training.ClientTrainingConfig
   num_users: int
 
-  def initial_store(self) -> client_state_store.ClientStateStore:
-    return client_state_store.ClientStateStore(
+  def initial_store(self) -> personal_rows.PersonalRowsStore:
+    return personal_rows.PersonalRowsStore(
         self.num_users,
         client_training.initial_client_state(
             self.spec, self.initial_parameters,

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tff_fedrec.algorithms.fedrecon import reconstruction
-from tff_fedrec.algorithms.fedrecon import method as fedrecon
-from tff_fedrec.algorithms.local_items import client_training
 from tff_fedrec.algorithms import method as method_lib
+from tff_fedrec.algorithms.fedrecon import method as fedrecon
+from tff_fedrec.algorithms.fedrecon import reconstruction
+from tff_fedrec.algorithms.local_items import client_training
 from tff_fedrec.programs import execution
 
 _NUM_ITEMS, _DIM, _BATCH = 12, 3, 4

@@ -31,6 +31,7 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from tff_fedrec import adam
+from tff_fedrec import client_loop
 from tff_fedrec.algorithms.hetefedrec import decorrelation
 from tff_fedrec.algorithms.hetefedrec import models as hetero_models
 
@@ -271,55 +272,59 @@ def local_adam_changes(
   neighbors = (None if objective.spec.model == 'ncf' else
                local_graph(examples))
 
-  def batch_step(carry, batch):
-    params, state, loss_sum = carry
-    batch_items, batch_labels, batch_mask = batch
+  def step(carry, batch):
+    params, state, epoch_loss, loss_sum, best, best_loss, kept_epoch = carry
     grads = client_gradients(
         objective, params[0], params[1], params[2],
-        examples._replace(items=batch_items, labels=batch_labels,
-                          example_mask=batch_mask),
+        examples._replace(items=batch.examples['items'],
+                          labels=batch.examples['labels'],
+                          example_mask=batch.mask),
         neighbors=neighbors, decorrelate_batch_rows=bool(batch_size),
     )
     params, state = adam.apply_per_client(
         params, (grads.user, grads.item_rows, grads.score_layers), state,
-        tf.reduce_any(batch_mask > 0, axis=1), learning_rate=learning_rate,
+        tf.reduce_any(batch.mask > 0, axis=1), learning_rate=learning_rate,
     )
-    return params, state, loss_sum + grads.loss_sum
+    return (params, state, epoch_loss + grads.loss_sum, loss_sum, best,
+            best_loss, kept_epoch)
 
-  params = start
-  state = adam.initial_state(params)._replace(step=tf.zeros([num_users]))
-  loss_sum = None
-  best = best_loss = None
-  kept_epoch = tf.fill([num_users], float(local_epochs))
-  for epoch in range(1, local_epochs + 1):
-    if batch_size:
-      params, state, epoch_loss = tf.foldl(
-          batch_step,
-          _epoch_batches(examples, batch_size, seeds, epoch),
-          initializer=(params, state, tf.constant(0.0)),
-      )
-    else:
-      # One full-batch step, without a loop around it: tf.foldl over this
-      # one step made All Large's round on ML-1M take 1.63 s against
-      # 1.27 s, with 0.9 GB more peak memory (docs/results/hetefedrec.md, "A fifth reading").
-      params, state, epoch_loss = batch_step(
-          (params, state, tf.constant(0.0)),
-          (examples.items, examples.labels, examples.example_mask),
-      )
-    if loss_sum is None:
-      loss_sum = epoch_loss
+  def end_epoch(carry, epoch):
+    params, state, epoch_loss, loss_sum, best, best_loss, kept_epoch = carry
+    # The first epoch's Eq. 2 part is the round's reported loss.
+    loss_sum = tf.where(tf.equal(epoch, 0), epoch_loss, loss_sum)
     if validation_mask is not None:
       # Only the own-tier Eq. 2 term is compared: the other terms of
       # L'_a would be computed and dropped.
       (best, kept_epoch), best_loss = _keep_best_epoch(
-          None if best is None else (best, kept_epoch), best_loss,
-          (params, tf.fill([num_users], float(epoch))),
+          (best, kept_epoch), best_loss,
+          (params, tf.fill([num_users], tf.cast(epoch + 1, tf.float32))),
           client_losses(
               objective._replace(dual_task=False, decorrelation_weight=0.0),
               *params, examples._replace(example_mask=validation_mask),
               neighbors=neighbors,
           ).own_tier,
       )
+    return (params, state, tf.constant(0.0), loss_sum, best, best_loss,
+            kept_epoch)
+
+  params, _, _, loss_sum, best, _, kept_epoch = (
+      client_loop.for_each_user_batch(
+          {'items': examples.items, 'labels': examples.labels},
+          examples.example_mask,
+          seeds=seeds,
+          # One full-batch step per epoch, nothing gathered, or minibatches
+          # in a fresh random order every epoch.
+          batch_size=batch_size or None,
+          epochs=local_epochs,
+          init=(start, adam.initial_state(start)._replace(
+                    step=tf.zeros([num_users])),
+                tf.constant(0.0), tf.constant(0.0), start,
+                tf.fill([num_users], float('inf')),
+                tf.fill([num_users], float(local_epochs))),
+          step=step,
+          end_epoch=end_epoch,
+          order='shuffled',
+      ))
   if validation_mask is not None:
     params = best
   changes = tf.nest.map_structure(tf.subtract, start, params)
@@ -335,38 +340,6 @@ def local_adam_changes(
   )
 
 
-def _epoch_batches(examples, batch_size, seeds, epoch):
-  """One epoch's (items, labels, mask), each [S, U, B]: each client's
-  training examples in its epoch's random order, B at a time, S =
-  ceil(max_i n_i / B) steps (masked where a client has fewer)."""
-  items, labels, example_mask = (examples.items, examples.labels,
-                                 examples.example_mask)
-  num_examples = tf.shape(items)[1]
-  keys = tf.map_fn(
-      lambda seed: tf.random.stateless_uniform(
-          [num_examples],
-          tf.random.experimental.stateless_fold_in(seed, epoch),
-      ),
-      seeds, fn_output_signature=tf.float32,
-  )
-  # Training examples first (keys < 1), in random order.
-  order = tf.argsort(keys + 2.0 * (1.0 - example_mask), axis=1, stable=True)
-  counts = tf.cast(tf.reduce_sum(example_mask, axis=1), tf.int32)
-  steps = tf.maximum(1, -(-tf.reduce_max(counts) // batch_size))
-  slots = steps * batch_size
-  order = tf.pad(order, [[0, 0], [0, tf.maximum(0, slots - num_examples)]])
-  order = order[:, :slots]
-  mask = tf.cast(tf.range(slots)[None, :] < counts[:, None], tf.float32)
-
-  def in_steps(x):
-    x = tf.reshape(x, [tf.shape(x)[0], steps, batch_size])
-    return tf.transpose(x, [1, 0, 2])
-
-  return (in_steps(tf.gather(items, order, batch_dims=1)),
-          in_steps(tf.gather(labels, order, batch_dims=1)),
-          in_steps(mask))
-
-
 def _rows_of(items, example_mask, row_mask):
   """[U, T] 1 for the real rows (`row_mask`) of the examples of `items`
   [U, n] that `example_mask` [U, n] weighs above 0."""
@@ -380,9 +353,8 @@ def _rows_of(items, example_mask, row_mask):
 
 def _keep_best_epoch(best, best_loss, params, loss):
   """Each client's parameters of lowest validation `loss` [U] so far (the
-  newer on ties); every leaf of `params` has the clients first."""
-  if best is None:
-    return params, loss
+  newer on ties; `best_loss` starts at +inf); every leaf of `params` has
+  the clients first."""
   newer = loss <= best_loss
 
   def choose(new, old):

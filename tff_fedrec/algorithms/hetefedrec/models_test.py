@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tff_fedrec.algorithms.hetefedrec import models as hetero_models
 from tff_fedrec import scoring
+from tff_fedrec.algorithms.hetefedrec import models as hetero_models
 
 _SPEC = hetero_models.HeteroSpec(num_items=6, widths=(2, 3, 5),
                                  hidden_units=(4, 3))

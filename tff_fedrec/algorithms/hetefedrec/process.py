@@ -43,7 +43,7 @@ The process is `composer.compose_client_state_process` of
                for 'clustered') of the tables, sums of each Theta_b, and
                under change_aggregation 'mean' / 'fedavg' their means;
   finalizer    `finalizers.ServerAdam` or `finalizers.SubtractChanges`,
-               wrapped in `finalizers.WithEnsembleDistillation` (RESKD)
+               wrapped in `reskd.WithEnsembleDistillation` (RESKD)
                unless distillation_items is 0.
 
 Types (`composer` gives S and M):
@@ -73,12 +73,15 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_fedrec import adam
+from tff_fedrec.aggregators import padded_sum
 from tff_fedrec.algorithms.hetefedrec import dual_task
 from tff_fedrec.algorithms.hetefedrec import models as hetero_models
-from tff_fedrec.aggregators import padded_sum
+from tff_fedrec.algorithms.hetefedrec import reskd
+from tff_fedrec.algorithms.local_items import compact_tables
 from tff_fedrec.templates import composer
 from tff_fedrec.templates import distributors
 from tff_fedrec.templates import finalizers
+from tff_fedrec.templates import roles
 from tff_fedrec.templates import two_phase
 from tff_fedrec.templates import user_groups
 
@@ -228,7 +231,7 @@ def group_client_data(
     include: float = 1.0,
 ) -> collections.OrderedDict:
   """A group's client data (`client_data_type()`): the model tier it
-  trains, whether its uploads count, `user_groups.group_client_data` of its
+  trains, whether its uploads count, `compact_tables.group_client_data` of its
   users, `validation` [U, N], 1 for the examples a user holds out (its
   optional `validation` entry; none without), and `seeds` [U, 2] (its
   optional `seed`; (0, 0) without), which only minibatch local training
@@ -242,7 +245,7 @@ def group_client_data(
             for d in user_data]
   return collections.OrderedDict(
       tier=np.int32(tier), include=np.float32(include),
-      **user_groups.group_client_data(seeded), validation=validation,
+      **compact_tables.group_client_data(seeded), validation=validation,
   )
 
 
@@ -288,7 +291,7 @@ def build_client_work(
     spec: hetero_models.HeteroSpec,
     initial_params: collections.OrderedDict,
     config: HeteroConfig,
-) -> composer.ClientWork:
+) -> roles.ClientWork:
   """The client work of the module docstring (Algorithm 1 lines 16-26)."""
   widths = spec.widths
   largest = widths[-1]
@@ -436,7 +439,7 @@ def build_client_work(
         update=update, weight=users, metrics=metrics
     )
 
-  return composer.ClientWork(client_update)
+  return roles.client_work(client_update)
 
 
 class TierChangesFactory(tff.aggregators.WeightedAggregationFactory):
@@ -564,7 +567,7 @@ def build_hetefedrec_process(
         initial_params, learning_rate=config.learning_rate
     )
   if config.distillation_items:
-    finalizer = finalizers.WithEnsembleDistillation(
+    finalizer = reskd.WithEnsembleDistillation(
         finalizer, num_items=config.distillation_items,
         learning_rate=config.distillation_learning_rate, seed=config.seed,
     )

@@ -11,6 +11,8 @@ mean over the tables:
 with d the cosine similarity matrix of the selected items. The idea is that
 well-trained tables of any width should agree on which items are alike, so
 the tables exchange knowledge without a public reference data set.
+`WithEnsembleDistillation` runs it as the server's step after another
+finalizer (`templates.finalizers.ServerAdam` or `SubtractChanges`).
 
 The paper does not say how L_kd is minimised; here it is gradient descent
 with the caller's learning rate and number of steps, on the rows of V_kd
@@ -21,10 +23,14 @@ with 1 / |v|, so a plain step that suits trained rows throws the small rows
 of a young table far past the target.
 """
 
+import collections
 from collections.abc import Sequence
 from typing import NamedTuple
 
 import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_fedrec.templates import finalizers
 
 
 class DistillationResult(NamedTuple):
@@ -153,3 +159,51 @@ def ensemble_distillation(
   return DistillationResult(
       tables=new_tables, loss_before=loss_before, loss_after=loss_after
   )
+
+
+class WithEnsembleDistillation:
+  """A finalizer (`templates.roles.Finalizer`): `inner`, then RESKD on the new `item_tables` (HeteFedRec Eq. 16-17).
+
+  Each round distils the tables on |V_kd| = `num_items` items drawn by a
+  shuffle seeded by (seed, round); measurements <loss_before [tiers],
+  loss_after [tiers]> of Eq. 17's loss per table.
+  """
+
+  def __init__(self, inner, *, num_items: int, learning_rate: float,
+               seed: int):
+    self._inner = inner
+    self._num_items = num_items
+    self._learning_rate = learning_rate
+    self._seed = seed
+    self.initial_state = inner.initial_state
+
+  def finalize(self, state, global_parameters, aggregate, round_num):
+    state, new_global, inner_measurements = self._inner.finalize(
+        state, global_parameters, aggregate, round_num
+    )
+    subset, learning_rate, seed = (
+        self._num_items, self._learning_rate, self._seed)
+
+    def distil(params, round_num):
+      tables = list(params['item_tables'])
+      num_items = tables[0].shape[0]
+      item_ids = tf.random.experimental.stateless_shuffle(
+          tf.range(num_items),
+          seed=tf.stack([tf.constant(seed, tf.int64),
+                         tf.cast(round_num, tf.int64)]),
+      )[: min(subset, num_items)]
+      result = ensemble_distillation(
+          tables, item_ids, learning_rate=learning_rate, step_rule='adam',
+      )
+      distilled = collections.OrderedDict(params)
+      distilled['item_tables'] = list(result.tables)
+      return distilled, collections.OrderedDict(
+          loss_before=tf.stack(result.loss_before),
+          loss_after=tf.stack(result.loss_after),
+      )
+
+    new_global, measurements = finalizers.map_on_server(
+        distil, new_global, round_num)
+    return state, new_global, tff.federated_zip(collections.OrderedDict(
+        optimizer=inner_measurements, distillation=measurements,
+    ))

@@ -1,10 +1,17 @@
 """Tests of the relation-based ensemble self-distillation (Eq. 16-17)."""
 
+import collections
+
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_federated as tff
 
+from tff_fedrec.aggregators import keyed
 from tff_fedrec.algorithms.hetefedrec import reskd
+from tff_fedrec.programs import execution
+from tff_fedrec.templates import finalizers
+from tff_fedrec.templates import toy_process
 
 _NUM_ITEMS = 12
 _WIDTHS = (2, 4, 8)
@@ -239,3 +246,44 @@ def test_adam_step_rule_moves_each_coordinate_by_the_learning_rate():
   with pytest.raises(ValueError, match='step_rule'):
     reskd.ensemble_distillation([small], ids, learning_rate=1.0,
                                        step_rule='sgd')
+
+
+def test_ensemble_distillation_runs_after_the_inner_finalizer():
+  rng = np.random.default_rng(0)
+  tables = [rng.normal(size=(8, w)).astype(np.float32) for w in (2, 4)]
+  params = collections.OrderedDict(item_tables=tables)
+  zero_changes = lambda received, data: tf.nest.map_structure(
+      tf.zeros_like, received['global_parameters'])
+  options = dict(params=params, upload=zero_changes,
+                 factory=keyed.KeyedFactory(collections.OrderedDict(
+                     item_tables=tff.aggregators.SumFactory())))
+  data = [collections.OrderedDict(
+      upload=np.zeros([1, 2], np.float32), loss=np.zeros([1], np.float32))]
+  locals_ = [np.zeros(1, np.float32)]
+  with execution.worker_execution_context():
+    plain = toy_process.build(finalizers.SubtractChanges(), **options)
+    distilled = toy_process.build(
+        reskd.WithEnsembleDistillation(
+            finalizers.SubtractChanges(), num_items=3, learning_rate=0.01,
+            seed=4),
+        **options)
+    # The uploads are zero: without distillation nothing moves.
+    plain_state, _, _ = plain.next(plain.initialize(), locals_, data)
+    state, _, metrics = distilled.next(distilled.initialize(), locals_, data)
+
+  for got, table in zip(plain_state['global_parameters']['item_tables'],
+                        tables):
+    np.testing.assert_array_equal(got, table)
+  # Distillation on the 3 items the (seed, round) shuffle picks, as
+  # `reskd.ensemble_distillation` does it alone.
+  items = tf.random.experimental.stateless_shuffle(
+      tf.range(8), seed=tf.constant([4, 0], tf.int64))[:3]
+  want = reskd.ensemble_distillation(
+      [tf.constant(t) for t in tables], items, learning_rate=0.01,
+      step_rule='adam')
+  for got, expected in zip(state['global_parameters']['item_tables'],
+                           want.tables):
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+  np.testing.assert_allclose(
+      metrics['finalizer']['distillation']['loss_before'],
+      np.stack(want.loss_before), rtol=1e-6)

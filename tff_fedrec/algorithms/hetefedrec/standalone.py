@@ -39,13 +39,14 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_fedrec import adam
+from tff_fedrec.aggregators import keyed
 from tff_fedrec.algorithms.hetefedrec import dual_task
 from tff_fedrec.algorithms.hetefedrec import models as hetero_models
-from tff_fedrec.aggregators import keyed
 from tff_fedrec.algorithms.hetefedrec import process as hetefedrec_process
 from tff_fedrec.templates import composer
 from tff_fedrec.templates import distributors
 from tff_fedrec.templates import finalizers
+from tff_fedrec.templates import roles
 from tff_fedrec.templates import two_phase
 
 
@@ -189,7 +190,7 @@ def build_standalone_process(
   return composer.compose_client_state_process(
       initial_global_parameters=no_global_parameters,
       distributor=distributor,
-      client_work=composer.ClientWork(client_update),
+      client_work=roles.client_work(client_update),
       aggregator=keyed.KeyedFactory(collections.OrderedDict()).create(
           tff.to_type(collections.OrderedDict()), tff.TensorType(np.float32)
       ),

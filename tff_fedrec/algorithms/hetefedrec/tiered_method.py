@@ -43,10 +43,10 @@ import tensorflow_federated as tff
 
 from tff_fedrec import client_state_store
 from tff_fedrec import csr
-from tff_fedrec.algorithms.hetefedrec import decorrelation
-from tff_fedrec.algorithms.hetefedrec import models as hetero_models
 from tff_fedrec import tiers
 from tff_fedrec.algorithms import method
+from tff_fedrec.algorithms.hetefedrec import decorrelation
+from tff_fedrec.algorithms.hetefedrec import models as hetero_models
 from tff_fedrec.algorithms.hetefedrec import process as process_lib
 from tff_fedrec.algorithms.hetefedrec import standalone
 from tff_fedrec.templates import user_groups
@@ -159,9 +159,10 @@ class TieredMethod(method.Method):
       )
 
     server_state, metrics = user_groups.run_round(
-        self.process, server_state, store, users, user_data,
-        users_per_group=users_per_client, keys=data_tier,
-        make_group_data=group_data,
+        self.process, server_state, store, users,
+        sizes=[len(d['items']) for d in user_data],
+        make_group_data=group_data, users_per_group=users_per_client,
+        keys=data_tier,
     )
     client = metrics['client_work']
     record = {'train_loss': float(metrics['train_loss'])}

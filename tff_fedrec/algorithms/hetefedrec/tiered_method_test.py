@@ -3,8 +3,8 @@ the scores of each user's own model."""
 
 import numpy as np
 
-from tff_fedrec.algorithms.hetefedrec import models as hetero_models
 from tff_fedrec.algorithms import method as method_lib
+from tff_fedrec.algorithms.hetefedrec import models as hetero_models
 from tff_fedrec.algorithms.hetefedrec import process
 from tff_fedrec.algorithms.hetefedrec import tiered_method
 from tff_fedrec.programs import execution

@@ -1,28 +1,27 @@
 """Methods whose clients train their own item rows with local SGD.
 
 PFedRec (Zhang et al., IJCAI 2023), FedMF, FedNCF and, through their
-exchange, FedRAS and its compression baselines are one process:
-`composer.compose_client_state_process` with
+exchange, FedRAS and its compression baselines, and APFR-GKD through its
+own client round, are one process: `composer.compose_client_state_process`
+with
 
   distributor  the exchange's (`exchanges`): a broadcast of the global
                parameters, or FedRAS's compressed downlink;
   client work  `build_client_work`: ClientUpdate of PFedRec's Algorithm 1
                (`local_sgd.train_users_locally`, alternating with dual
-               personalization, joint otherwise, with distillation towards
-               a broadcast teacher as an option: APFR-GKD Eq. 8) on a compact table holding
+               personalization, joint otherwise) on a compact table holding
                only the T rows of the items in the user's data (Sec. 4.3,
-               "Efficient on-device update"), so no client operation
-               touches the whole [N, d] table; the rows start from the
-               broadcast table or the client's own copy (the exchange),
-               or, with `client_start='own_model'`, from the client's own
-               model (its rows, which the program's store keeps, come in
-               its data; APFR-GKD);
-  aggregator   `aggregators.keyed.KeyedFactory(item=the exchange's
-               factory, dense=tff.aggregators.MeanFactory())`, weighted by
-               the users of each TFF client;
-  finalizer    `finalizers.ApplyDelta`: global + the aggregated deltas
-               (Algorithm 1, ServerExecute line 6; FedRAS Sec. 4.4), or,
-               for FedRAS-E, trained rows replaced.
+               "Efficient on-device update", `compact_tables`), so no
+               client operation touches the whole [N, d] table. What a
+               method changes in a client's round is its `ClientRound`
+               role: where the parameters start (by default the download:
+               the broadcast table or the client's own copy, the
+               exchange's), its own loss term and what the user keeps;
+  aggregator   `aggregators.keyed.KeyedFactory` of one factory per global
+               parameter: the exchange's for `item_embedding`, a mean for
+               the others, weighted by the users of each TFF client;
+  finalizer    the exchange's (`finalizers.ApplyDelta`: global + the
+               aggregated deltas, Algorithm 1, ServerExecute line 6).
 
 One TFF client simulates a group of U users (`templates.user_groups`; U =
 1 is one device per client): each user trains on its own copy of the
@@ -33,69 +32,34 @@ Types (`composer` gives S and M):
 
   L = the users' client-local parameters (score function, user
       embedding), leading dim [U], plus the exchange's state (FedRAS:
-      item_copy [U, N, d], synced_round [U]) and, with
-      `keeps_trained_model`, trained_score_layers and has_own_model [U]
-      (APFR-GKD)
+      item_copy [U, N, d], synced_round [U]) and the client round's
   C = <local_parameters: L, personal_item_ids int32[U, T],
        personal_item_rows float32[U, T, d]> (T = 0 unless the users keep
-       their trained rows: dual personalization or `keeps_trained_model`),
-       what the program stores per user; only L goes into `next`: a round
-       starts from the global item rows (Algorithm 1, ClientUpdate line 1),
-       so last round's fine-tuned rows are read only for inference; with
-       `client_start='own_model'` the store merges them into the user's
-       own table (`client_state_store.OwnTableStore`), whose rows of the
-       round's items come back in D
-  D = `client_data_type(exchange, training)` (see `templates.user_groups`)
-  upload = <update=<item, [dense]>, weight=U, metrics=<loss_sum,
-            num_examples, exchange's metrics>>
+       their trained rows), what the program stores per user
+       (`personal_rows`); only L goes into `next`: a round starts from the
+       global item rows (Algorithm 1, ClientUpdate line 1), so last
+       round's fine-tuned rows are read only for inference
+  D = `client_data_type(exchange, round_role)` (`compact_tables`)
+  upload = <update=<item_embedding, the other global parameters>,
+            weight=U, metrics=<loss_sum, num_examples, exchange's metrics>>
 """
 
 import collections
 import dataclasses
-from typing import Optional
+from typing import Optional, Protocol, runtime_checkable
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_fedrec.algorithms.local_items import item_scoring
-from tff_fedrec.algorithms.local_items import local_sgd
 from tff_fedrec import models
 from tff_fedrec.aggregators import keyed
+from tff_fedrec.algorithms.local_items import local_sgd
 from tff_fedrec.templates import composer
-from tff_fedrec.templates import finalizers
+from tff_fedrec.templates import roles
 from tff_fedrec.templates import two_phase
 
-
 UNTRAINED_ITEM_ROWS = ('round_start', 'aggregated')
-CLIENT_STARTS = ('download', 'own_model')
-# The client-data field of a user's own item rows (`client_data_type`).
-OWN_ROWS = 'own_rows'
-
-
-@dataclasses.dataclass(frozen=True)
-class DistillationOptions:
-  """Distillation from the broadcast teacher (APFR-GKD Eq. 7-8).
-
-  Attributes:
-    weight: mu of Eq. 8 (FedGKD's default 0.1).
-    temperature: tau of Eq. 7 (FedGKD's default 1).
-    kind: 'binary' or 'listwise' (`knowledge_distillation`).
-  """
-
-  weight: float = 0.1
-  temperature: float = 1.0
-  kind: str = 'binary'
-
-  def __post_init__(self):
-    if self.kind not in local_sgd.DISTILLATION_KINDS:
-      raise ValueError(f'kind must be one of '
-                       f'{local_sgd.DISTILLATION_KINDS}; got '
-                       f'{self.kind!r}.')
-    if not self.weight >= 0 or not self.temperature > 0:
-      raise ValueError('The distillation weight must be >= 0 and the '
-                       f'temperature > 0; got {self.weight}, '
-                       f'{self.temperature}.')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,24 +84,6 @@ class ClientTrainingConfig:
       under a compressed exchange), as PFedRec's reference code evaluates
       the whole table a client kept; or 'aggregated', the server's table
       after the latest aggregation.
-    alternating_first_keys: With dual personalization, the parameters of
-      each batch's first step (empty: the client-local ones, PFedRec's
-      Algorithm 1; APFR-GKD's Dual phase: user embedding and the shared
-      score layers, then the item rows).
-    keeps_trained_model: Keep each user's trained item rows and, where
-      they are shared, its trained score layers (`trained_score_layers`
-      in its local state, with `has_own_model`) to score it with
-      (APFR-GKD: each client's model after its local training is its
-      personalised model).
-    client_start: What a round's local training starts from (CLIENT_STARTS):
-      'download', the global parameters the client received (PFedRec's
-      Algorithm 1, ClientUpdate line 1), or 'own_model', the client's own
-      model as its last training left it (APFR-GKD's Algorithm 1 read as
-      theta_t^i <- theta_{t-1}^i - eta grad: every item row it ever
-      trained, the initial table's rows for the others, its own score
-      layers); needs `keeps_trained_model`.
-    distillation: None, or distillation towards the broadcast teacher
-      (`distributors.TeacherBroadcast`).
   """
 
   learning_rate: float = 0.1
@@ -148,19 +94,6 @@ class ClientTrainingConfig:
   local_epochs: int = 1
   dual_personalization: bool = True
   untrained_item_rows: str = 'round_start'
-  alternating_first_keys: tuple[str, ...] = ()
-  keeps_trained_model: bool = False
-  client_start: str = 'download'
-  distillation: Optional[DistillationOptions] = None
-
-  @property
-  def keeps_personal_rows(self) -> bool:
-    """Whether users keep the item rows they trained (to be scored by)."""
-    return self.dual_personalization or self.keeps_trained_model
-
-  @property
-  def starts_from_own_model(self) -> bool:
-    return self.client_start == 'own_model'
 
   def for_items(self, num_items: int) -> 'ClientTrainingConfig':
     """This configuration with `item_learning_rate` resolved for a table
@@ -186,20 +119,86 @@ class ClientTrainingConfig:
           f'untrained_item_rows must be one of {UNTRAINED_ITEM_ROWS}; got '
           f'{self.untrained_item_rows!r}.'
       )
-    if self.client_start not in CLIENT_STARTS:
-      raise ValueError(f'client_start must be one of {CLIENT_STARTS}; got '
-                       f'{self.client_start!r}.')
 
 
-def client_data_type(
-    exchange, training: Optional[ClientTrainingConfig] = None,
-    embedding_dim: Optional[int] = None,
-) -> collections.OrderedDict:
-  """D: the data of one TFF client's group of U users (`user_groups`),
-  with each user's bandwidth e_u when the exchange has one, and, when
-  `training` starts from the client's own model, own_rows float32 [U, T,
-  d]: each user's own rows of its compact table (`row_ids`), which the
-  device holds and the simulation keeps in the program's store."""
+@runtime_checkable
+class ClientRound(Protocol):
+  """What a method changes in a client's round of the local-item client
+  work (`DownloadRound` is PFedRec's; APFR-GKD brings its own).
+
+  Attributes:
+    keeps_trained_rows: Whether each user keeps the rows it trained as its
+      personal rows (to be scored by).
+    first_step_keys: With alternating updates, the parameters of each
+      batch's first step (empty: the client-local ones, PFedRec's
+      Algorithm 1).
+  """
+
+  keeps_trained_rows: bool
+  first_step_keys: tuple[str, ...]
+
+  def local_state(self, spec, params) -> collections.OrderedDict:
+    """What it adds to one user's client-local state (numpy)."""
+
+  def data_fields(self, embedding_dim: int) -> collections.OrderedDict:
+    """The client data fields it adds, name -> TFF type."""
+
+  def start(self, spec, broadcast, local, data, download):
+    """TF: (the global parameters the users start from [U, ...], the
+    exchange's kept state, client metrics); `download()` gives those of
+    the download."""
+
+  def loss_term(self, spec, broadcast, local, data,
+                own) -> Optional[local_sgd.LossTerm]:
+    """TF: the method's own term of the batch loss, or None; `own` holds
+    the users' local parameters before the round."""
+
+  def kept(self, spec, new_global, num_users) -> collections.OrderedDict:
+    """TF: what it adds to the users' new local state."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DownloadRound:
+  """PFedRec's client round: start from the download (Algorithm 1,
+  ClientUpdate line 1), the BCE alone, and keep the trained rows when
+  `keeps_trained_rows` (dual personalization)."""
+
+  keeps_trained_rows: bool = False
+  first_step_keys: tuple[str, ...] = ()
+
+  def local_state(self, spec, params) -> collections.OrderedDict:
+    del spec, params
+    return collections.OrderedDict()
+
+  def data_fields(self, embedding_dim: int) -> collections.OrderedDict:
+    del embedding_dim
+    return collections.OrderedDict()
+
+  def start(self, spec, broadcast, local, data, download):
+    del spec, broadcast, local, data
+    return download()
+
+  def loss_term(self, spec, broadcast, local, data, own):
+    del spec, broadcast, local, data, own
+    return None
+
+  def kept(self, spec, new_global, num_users) -> collections.OrderedDict:
+    del spec, new_global, num_users
+    return collections.OrderedDict()
+
+
+def download_round(training: ClientTrainingConfig) -> DownloadRound:
+  """PFedRec's client round under `training`: with dual personalization
+  the users keep the rows they fine-tuned."""
+  return DownloadRound(keeps_trained_rows=training.dual_personalization)
+
+
+def client_data_type(exchange, client_round: ClientRound = DownloadRound(),
+                     embedding_dim: Optional[int] = None
+                     ) -> collections.OrderedDict:
+  """D: the data of one TFF client's group of U users (`compact_tables`),
+  with the exchange's per-user fields (bandwidth e_u) and the client
+  round's."""
   data_type = collections.OrderedDict(
       row_ids=tff.TensorType(np.int32, [None, None]),
       num_rows=tff.TensorType(np.int32, [None]),
@@ -208,15 +207,13 @@ def client_data_type(
       num_examples=tff.TensorType(np.int32, [None]),
       seeds=tff.TensorType(np.int64, [None, 2]),
   )
-  if exchange.uses_bandwidth:
-    data_type['bandwidth'] = tff.TensorType(np.int32, [None])
-  if training is not None and training.starts_from_own_model:
-    data_type[OWN_ROWS] = tff.TensorType(
-        np.float32, [None, None, embedding_dim])
+  data_type.update(exchange.data_type_fields())
+  data_type.update(client_round.data_fields(embedding_dim))
   return data_type
 
 
-def _type_of(structure, leading=()) -> tff.Type:
+def type_of(structure, leading=()) -> tff.Type:
+  """The TFF type of numpy `structure`, each leaf with `leading` dims."""
   return tff.to_type(tf.nest.map_structure(
       lambda leaf: tff.TensorType(
           np.asarray(leaf).dtype.type, [*leading, *np.shape(leaf)]
@@ -225,64 +222,35 @@ def _type_of(structure, leading=()) -> tff.Type:
   ))
 
 
-def _keeps_trained_score_layers(spec, training) -> bool:
-  return (training is not None and training.keeps_trained_model
-          and 'score_layers' in spec.global_keys)
+def dense_keys(spec: models.RecommenderSpec) -> tuple[str, ...]:
+  """The global parameters other than the item table (theta)."""
+  return tuple(k for k in spec.global_keys if k != 'item_embedding')
 
 
 def initial_local_state(
     spec: models.RecommenderSpec, params: models.Parameters, exchange,
-    training: Optional[ClientTrainingConfig] = None,
+    client_round: ClientRound = DownloadRound(),
 ) -> collections.OrderedDict:
   """One user's L before its first round (numpy): the server's initial
   local parameters, as in the reference code (Algorithm 1, ServerExecute
-  line 1), the exchange's state, and with `training.keeps_trained_model`
-  the shared score layers as they were after its last training and
-  `has_own_model` (0 until it trains: a user never selected is scored
-  with the global model, APFR-GKD spec 7.11)."""
+  line 1), the exchange's state and the client round's."""
   _, local_params = models.split_parameters(spec, params)
   state = collections.OrderedDict(local_params)
   state.update(exchange.local_state(params['item_embedding']))
-  if _keeps_trained_score_layers(spec, training):
-    state[item_scoring.TRAINED_SCORE_LAYERS] = params['score_layers']
-  if training is not None and training.keeps_trained_model:
-    state[item_scoring.HAS_OWN_MODEL] = np.float32(0.0)
+  state.update(client_round.local_state(spec, params))
   return state
 
 
 def initial_client_state(
     spec: models.RecommenderSpec, params: models.Parameters, exchange,
-    training: Optional[ClientTrainingConfig] = None,
+    client_round: ClientRound = DownloadRound(),
 ) -> collections.OrderedDict:
   """C of a user that has not trained yet: L and no personal rows."""
   return collections.OrderedDict(
-      local_parameters=initial_local_state(spec, params, exchange, training),
+      local_parameters=initial_local_state(spec, params, exchange,
+                                           client_round),
       personal_item_ids=np.zeros([0], np.int32),
       personal_item_rows=np.zeros([0, spec.embedding_dim], np.float32),
-  )
-
-
-def _teacher_distillation(spec, options, broadcast, own, data, per_user,
-                          dense_keys) -> local_sgd.Distillation:
-  """The distillation of APFR-GKD's KD phase: the teacher is the broadcast
-  teacher's item rows and shared layers with each user's own local
-  parameters as they are before this training (spec section 7.2), its
-  logits fixed for the whole phase; weight mu once a teacher exists."""
-  teacher = broadcast['teacher']
-  params = tf.nest.map_structure(
-      per_user, collections.OrderedDict((k, teacher[k]) for k in dense_keys)
-  )
-  params.update(own)
-  teacher_rows = tf.gather(teacher['item_embedding'], data['row_ids'])
-  teacher_logits = models.logits_from_vectors(
-      spec, params, tf.gather(teacher_rows, data['items'], batch_dims=1)
-  )
-  num_users = tf.shape(data['num_examples'])[0]
-  return local_sgd.Distillation(
-      teacher_logits=tf.stop_gradient(teacher_logits),
-      weights=tf.fill([num_users], options.weight * broadcast['has_teacher']),
-      temperature=options.temperature,
-      kind=options.kind,
   )
 
 
@@ -292,46 +260,37 @@ def build_client_work(
     training: ClientTrainingConfig,
     exchange,
     broadcast_type: tff.Type,
-) -> composer.ClientWork:
+    client_round: ClientRound = DownloadRound(),
+) -> roles.ClientWork:
   """The client work of the module docstring."""
   training = training.for_items(spec.num_items)
-  dense_keys = tuple(k for k in spec.global_keys if k != 'item_embedding')
-  local_type = _type_of(
-      initial_local_state(spec, initial_params, exchange, training),
+  theta_keys = dense_keys(spec)
+  local_type = type_of(
+      initial_local_state(spec, initial_params, exchange, client_round),
       leading=[None],
   )
   data_type = tff.to_type(
-      client_data_type(exchange, training, spec.embedding_dim))
+      client_data_type(exchange, client_round, spec.embedding_dim))
 
   @tff.tensorflow.computation(broadcast_type, local_type, data_type)
   def client_update(broadcast, local, data):
     num_users = tf.shape(data['num_examples'])[0]
-    per_user = lambda v: tf.repeat(tf.expand_dims(v, 0), num_users, axis=0)
-    if training.starts_from_own_model:
-      # The shared dense parameters are the score layers (`models`), whose
-      # own copy is the one its last training left.
-      start = collections.OrderedDict(
-          (k, local[item_scoring.TRAINED_SCORE_LAYERS]) for k in dense_keys
-      )
-      start['item_embedding'] = data[OWN_ROWS]
-      kept, exchange_metrics = (collections.OrderedDict(),
-                                collections.OrderedDict())
-    else:
+
+    def download():
+      per_user = lambda v: tf.repeat(tf.expand_dims(v, 0), num_users, axis=0)
       global_params = broadcast['global_parameters']
       start = tf.nest.map_structure(
           per_user,
-          collections.OrderedDict((k, global_params[k]) for k in dense_keys),
+          collections.OrderedDict((k, global_params[k]) for k in theta_keys),
       )
-      start['item_embedding'], kept, exchange_metrics = exchange.start_rows(
+      start['item_embedding'], kept, metrics = exchange.start_rows(
           broadcast, local, data
       )
+      return start, kept, metrics
+
+    start, kept, exchange_metrics = client_round.start(
+        spec, broadcast, local, data, download)
     own = collections.OrderedDict((k, local[k]) for k in spec.local_keys)
-    distillation = None
-    if training.distillation is not None:
-      distillation = _teacher_distillation(
-          spec, training.distillation, broadcast, own, data, per_user,
-          dense_keys,
-      )
     result = local_sgd.train_users_locally(
         spec,
         models.merge_parameters(spec, start, own),
@@ -347,36 +306,30 @@ def build_client_work(
         item_gradient_maps=exchange.gradient_maps(
             data, broadcast['round_num'], spec.embedding_dim
         ),
-        distillation=distillation,
-        first_keys=training.alternating_first_keys or None,
+        loss_term=client_round.loss_term(spec, broadcast, local, data, own),
+        first_keys=client_round.first_step_keys or None,
         user_learning_rate=training.user_learning_rate,
     )
     new_global, new_local = models.split_parameters(spec, result.parameters)
     trained_rows = new_global['item_embedding']
     update = collections.OrderedDict(
-        item=exchange.item_upload(
+        item_embedding=exchange.item_upload(
             data, start['item_embedding'], trained_rows,
             broadcast['round_num'],
         )
     )
-    if dense_keys:
-      update['dense'] = collections.OrderedDict(
-          (k, tf.nest.map_structure(
-              lambda new, old: tf.reduce_mean(new - old, axis=0),
-              new_global[k], start[k],
-          ))
-          for k in dense_keys
+    for key in theta_keys:
+      update[key] = tf.nest.map_structure(
+          lambda new, old: tf.reduce_mean(new - old, axis=0),
+          new_global[key], start[key],
       )
-    if training.keeps_personal_rows:
+    if client_round.keeps_trained_rows:
       personal_ids, personal_rows = data['row_ids'], trained_rows
     else:
       personal_ids = tf.zeros([num_users, 0], tf.int32)
       personal_rows = tf.zeros([num_users, 0, spec.embedding_dim], tf.float32)
     new_local.update(kept)
-    if _keeps_trained_score_layers(spec, training):
-      new_local[item_scoring.TRAINED_SCORE_LAYERS] = new_global['score_layers']
-    if training.keeps_trained_model:
-      new_local[item_scoring.HAS_OWN_MODEL] = tf.ones([num_users], tf.float32)
+    new_local.update(client_round.kept(spec, new_global, num_users))
     new_state = collections.OrderedDict(
         local_parameters=new_local,
         personal_item_ids=personal_ids,
@@ -391,28 +344,7 @@ def build_client_work(
         update=update, weight=tf.cast(num_users, tf.float32), metrics=metrics
     )
 
-  return composer.ClientWork(client_update)
-
-
-def _check_training(spec, training, exchange) -> None:
-  """ValueError for a training the model or the exchange cannot take."""
-  if training.user_learning_rate is not None and not spec.has_user_embedding:
-    raise ValueError(
-        f'The {spec.architecture} model has no user embedding; drop '
-        '--user_learning_rate.'
-    )
-  if not training.starts_from_own_model:
-    return
-  if not training.keeps_trained_model:
-    raise ValueError('client_start=own_model needs keeps_trained_model: the '
-                     'model a client trains from is the one its last '
-                     'training left.')
-  if exchange.keeps_client_copies:
-    raise ValueError(
-        'client_start=own_model trains from the client\'s own rows; this '
-        'exchange keeps a copy of the server\'s table on every client '
-        'instead. Use the broadcast exchange.'
-    )
+  return roles.client_work(client_update)
 
 
 def build_process(
@@ -421,11 +353,12 @@ def build_process(
     training: ClientTrainingConfig,
     exchange,
     *,
+    client_round: Optional[ClientRound] = None,
     item_aggregator: Optional[object] = None,
     model_aggregator: Optional[
         tff.aggregators.WeightedAggregationFactory] = None,
-    distributor=None,
-    finalizer=None,
+    distributor: Optional[roles.Distributor] = None,
+    finalizer: Optional[roles.Finalizer] = None,
 ) -> two_phase.TwoPhaseProcess:
   """Builds the process of the module docstring.
 
@@ -433,37 +366,34 @@ def build_process(
     spec: The model and its global / local declaration.
     initial_params: Initial parameters (`models.initial_parameters`).
     training: Local training hyperparameters.
-    exchange: An `exchanges` exchange.
+    exchange: An `exchanges.Exchange`.
+    client_round: The method's `ClientRound`; None means PFedRec's
+      (`download_round`).
     item_aggregator: Aggregates the item uploads (the exchange's
       `item_upload_type`); None means the exchange's `item_factory()`.
-    model_aggregator: Aggregates the deltas of the other global parameters
+    model_aggregator: Aggregates the deltas of each other global parameter
       (FedNCF's shared MLP), weighted by users; None means
       `tff.aggregators.MeanFactory()`.
-    distributor: None means the exchange's; `distributors.TeacherBroadcast`
-      with distillation.
-    finalizer: None means `finalizers.ApplyDelta`;
-      `finalizers.BufferedGlobalModel` keeps APFR-GKD's buffer.
+    distributor: None means the exchange's.
+    finalizer: None means the exchange's.
   """
   training = training.for_items(spec.num_items)
-  _check_training(spec, training, exchange)
+  client_round = client_round or download_round(training)
   global_init, _ = models.split_parameters(spec, initial_params)
-  dense_keys = tuple(k for k in spec.global_keys if k != 'item_embedding')
 
   @tff.tensorflow.computation
   def initial_global_parameters():
     return tf.nest.map_structure(tf.constant, global_init)
 
   inner = collections.OrderedDict(
-      item=item_aggregator or exchange.item_factory()
+      item_embedding=item_aggregator or exchange.item_factory()
   )
   update_type = collections.OrderedDict(
-      item=exchange.item_upload_type(spec.embedding_dim)
+      item_embedding=exchange.item_upload_type(spec.embedding_dim)
   )
-  if dense_keys:
-    inner['dense'] = model_aggregator or tff.aggregators.MeanFactory()
-    update_type['dense'] = _type_of(
-        collections.OrderedDict((k, global_init[k]) for k in dense_keys)
-    )
+  for key in dense_keys(spec):
+    inner[key] = model_aggregator or tff.aggregators.MeanFactory()
+    update_type[key] = type_of(global_init[key])
   distributor = distributor or exchange.distributor
   broadcast_type = distributor.received_type(
       initial_global_parameters.type_signature.result
@@ -472,13 +402,11 @@ def build_process(
       initial_global_parameters=initial_global_parameters,
       distributor=distributor,
       client_work=build_client_work(
-          spec, initial_params, training, exchange, broadcast_type
+          spec, initial_params, training, exchange, broadcast_type,
+          client_round,
       ),
       aggregator=keyed.KeyedFactory(inner).create(
           tff.to_type(update_type), tff.TensorType(np.float32)
       ),
-      finalizer=finalizer or finalizers.ApplyDelta(
-          replaces_trained_rows=exchange.replaces_trained_rows
-      ),
+      finalizer=finalizer or exchange.finalizer(),
   )
-

@@ -12,12 +12,13 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_fedrec import client_state_store
-from tff_fedrec.algorithms.local_items import local_sgd
 from tff_fedrec import models
 from tff_fedrec.aggregators import sparse_rows
-from tff_fedrec.algorithms.local_items import exchanges
 from tff_fedrec.algorithms.local_items import client_training
+from tff_fedrec.algorithms.local_items import compact_tables
+from tff_fedrec.algorithms.local_items import exchanges
+from tff_fedrec.algorithms.local_items import local_sgd
+from tff_fedrec.algorithms.local_items import personal_rows
 from tff_fedrec.programs import execution
 from tff_fedrec.templates import user_groups
 
@@ -170,13 +171,16 @@ def _run_round(
   server_state = process.initialize()
   client_states = _client_states(spec, params)
   client_data = client_data or _client_data()
-  store = client_state_store.ClientStateStore(
+  store = personal_rows.PersonalRowsStore(
       3, client_training.initial_client_state(spec, params, exchange)
   )
   store.put([0, 1, 2], client_states)
   # Only the local parameters go into a round (see the module docstring).
   new_server_state, metrics = user_groups.run_round(
-      process, server_state, store, np.arange(3), client_data,
+      process, server_state, store, np.arange(3),
+      sizes=[len(d['items']) for d in client_data],
+      make_group_data=lambda positions: compact_tables.group_client_data(
+          [client_data[p] for p in positions]),
       users_per_group=users_per_group,
   )
   return (params, server_state, client_states, client_data,
@@ -229,7 +233,7 @@ def test_type_signature():
       'train_loss', 'num_examples', 'client_work', 'aggregator',
       'finalizer', 'distributor',
   ]
-  assert _names(metrics_out.member.aggregator) == ['item']
+  assert _names(metrics_out.member.aggregator) == ['item_embedding']
   # Only the declared global parameters travel to the server; the score
   # function (personal in PFedRec) stays in the client state.
   assert _names(server_in.member.global_parameters) == ['item_embedding']

@@ -1,17 +1,17 @@
 """The `method.Method` of every local-item-training method.
 
-PFedRec, FedMF, FedNCF, FedRAS and its baselines differ in their model
-(`models.RecommenderSpec`), local training and exchange
-(`exchanges`); their process is `client_training.build_process` and
-their driver this one:
+PFedRec, FedMF, FedNCF, FedRAS and its baselines, and APFR-GKD differ in
+their model (`models.RecommenderSpec`), local training, exchange
+(`exchanges`) and client round (`client_training.ClientRound`); their
+process is `client_training.build_process` and their driver this one:
 
-  store    one partition; each user's local parameters (and the exchange's
-           state: FedRAS's item-table copy), and with dual personalization
-           the item rows it fine-tuned (with `client_start='own_model'`,
-           every row it ever trained);
+  store    `personal_rows.PersonalRowsStore`: each user's local parameters
+           (and the exchange's state: FedRAS's item-table copy) and, when
+           it keeps them, the item rows it fine-tuned;
   round    the users grouped U per TFF client (`templates.user_groups`),
-           each group's data with the exchange's per-user fields
-           (bandwidth e_u);
+           each group's data its compact tables (`compact_tables`) with
+           the exchange's per-user fields (bandwidth e_u) and the method's
+           (`group_data_fields`);
   bytes    the exchange's accounting, every round;
   scores   each user's own model: its local parameters, its fine-tuned
            rows where it has them, and the server's global parameters
@@ -19,13 +19,11 @@ their driver this one:
            evaluates `client_model_params[user]`: with dual
            personalization the items a user did not fine-tune are scored
            by the table it started its last round from (the broadcast,
-           recorded in the store, or its own copy under a compressed
-           exchange; `training.untrained_item_rows`); FedRAS scores with
-           the server's Q and theta and each p_u; with
-           `training.client_start='own_model'` each user's own table (the
-           rows it ever trained over the initial table, an
-           `OwnTableStore`) and its own score layers; a user that keeps a
-           trained model but never trained, the global model.
+           recorded in the store, or its own copy under an exchange that
+           keeps one; `training.untrained_item_rows`); FedRAS scores with
+           the server's Q and theta and each p_u. A method scores
+           otherwise through `_start_vectors` and `_score_layers`
+           (APFR-GKD: each user's own trained model).
 
 Example:
   >>> method = build_method(spec, training, exchanges.BroadcastOptions(),
@@ -41,11 +39,12 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_fedrec import client_state_store
-from tff_fedrec.algorithms.local_items import item_scoring
 from tff_fedrec import models
-from tff_fedrec.algorithms.local_items import client_training
 from tff_fedrec.algorithms import method
+from tff_fedrec.algorithms.local_items import client_training
+from tff_fedrec.algorithms.local_items import compact_tables
+from tff_fedrec.algorithms.local_items import item_scoring
+from tff_fedrec.algorithms.local_items import personal_rows
 from tff_fedrec.templates import user_groups
 
 
@@ -85,21 +84,19 @@ def on_device_tier_model(
 
 def on_device_user_model(
     spec: models.RecommenderSpec, global_params, store, user: int,
-    item_table: np.ndarray,
+    item_table: np.ndarray, trained_layers=None,
 ) -> method.OnDeviceModel:
   """User `user`'s model: its item table `item_table` [N, d] (its
   fine-tuned rows over the table it scores the others with), its score
-  layers and user embedding."""
+  layers (`trained_layers` [1, ...] if the method scores the user with
+  layers of its own, else its local or the global ones) and user
+  embedding."""
   global_params = _numpy(global_params)
   local = tf.nest.map_structure(
       lambda leaf: np.asarray(leaf)[0],
       store.stacked_local_parameters(np.array([user])),
   )
   params = collections.OrderedDict(item_embedding=np.asarray(item_table))
-  trained_layers = item_scoring.score_layers_of(
-      tf.nest.map_structure(lambda leaf: np.asarray(leaf)[None], local),
-      global_params,
-  )
   if trained_layers is not None:
     params['score_layers'] = tf.nest.map_structure(
         lambda leaf: leaf[0], trained_layers)
@@ -143,6 +140,14 @@ class ItemTableMethod(method.Method):
     del store, users, items, global_table
     return None
 
+  def _score_layers(self, local, global_params):
+    """The score layers users of local state `local` (leading [U]) are
+    scored with, if the method keeps layers of their own beside the
+    declared ones ([U, ...]); None: their local or the global layers, as
+    the spec declares them."""
+    del local, global_params
+    return None
+
   def score(self, server_state, store, users, candidates=None):
     users = np.asarray(users)
     if candidates is None:
@@ -154,6 +159,7 @@ class ItemTableMethod(method.Method):
         np.asarray(candidates), users=users,
         item_vectors=lambda u, i: self.user_item_vectors(
             server_state, store, u, i),
+        score_layers=self._score_layers,
     )
 
   def summary_fields(self, server_state, store, history):
@@ -172,12 +178,17 @@ class ItemTableMethod(method.Method):
     )
 
   def on_device_user_model(self, server_state, store, user):
+    global_params = _numpy(self.global_parameters(server_state))
     return on_device_user_model(
-        self.spec, self.global_parameters(server_state), store, user,
+        self.spec, global_params, store, user,
         item_table=self.user_item_vectors(
             server_state, store, np.array([user]),
             np.arange(self.spec.num_items)[None],
         )[0],
+        trained_layers=self._score_layers(
+            tf.nest.map_structure(
+                np.asarray, store.stacked_local_parameters(np.array([user]))),
+            global_params),
     )
 
 
@@ -188,10 +199,11 @@ class LocalItemMethod(ItemTableMethod):
   Attributes:
     spec: The model and which of its parameters are global / client-local.
     training: The local training.
-    exchange: The `exchanges` exchange.
+    exchange: The `exchanges.Exchange`.
     initial_parameters: Initial values of all parameters (numpy).
     process: `client_training.build_process`'s process.
     num_users: The users of the store.
+    client_round: The method's `client_training.ClientRound`.
   """
 
   spec: models.RecommenderSpec
@@ -200,54 +212,42 @@ class LocalItemMethod(ItemTableMethod):
   initial_parameters: models.Parameters
   process: tff.templates.IterativeProcess
   num_users: int
+  client_round: client_training.ClientRound
 
   @property
   def initial_client_state(self):
     return client_training.initial_client_state(
-        self.spec, self.initial_parameters, self.exchange, self.training
+        self.spec, self.initial_parameters, self.exchange, self.client_round
     )
 
-  def initial_store(self) -> client_state_store.ClientStateStore:
-    if self.training.starts_from_own_model:
-      return client_state_store.OwnTableStore(
-          self.num_users, self.initial_client_state,
-          self.initial_parameters['item_embedding'],
-      )
-    return client_state_store.ClientStateStore(
-        self.num_users, self.initial_client_state
-    )
+  def initial_store(self) -> personal_rows.PersonalRowsStore:
+    return personal_rows.PersonalRowsStore(
+        self.num_users, self.initial_client_state)
 
   @property
-  def untrained_rows_from(self) -> str:
-    """Where the rows a user did not fine-tune come from when it is scored:
-    'client_copy' (the copy of the table it started its last round from,
-    under an exchange that keeps one), 'recorded_start_table' (the store
-    keeps the table each user last started from), 'initial_table' (each
-    user keeps its own model, `client_start=own_model`: the rows it never
-    trained are the initial table's; a user that never trained is scored
-    with the global model), or 'global_table' (the table after the latest
-    aggregation: `untrained_item_rows=aggregated`, or no personal rows)."""
-    if self.training.starts_from_own_model:
-      return 'initial_table'
-    if not (self.training.keeps_personal_rows
-            and self.training.untrained_item_rows == 'round_start'):
-      return 'global_table'
-    if self.exchange.keeps_client_copies:
-      return 'client_copy'
-    return 'recorded_start_table'
+  def records_start_tables(self) -> bool:
+    """Whether the store records the table each user starts its round
+    from, to score the rows it did not fine-tune (they keep trained rows,
+    `untrained_item_rows='round_start'`, and the exchange keeps no copy of
+    the table on the clients)."""
+    return (self.client_round.keeps_trained_rows
+            and self.training.untrained_item_rows == 'round_start'
+            and not self.exchange.keeps_table_on_clients)
 
   def _start_vectors(self, store, users, items, global_table):
-    source = self.untrained_rows_from
-    if source == 'client_copy':
-      copies = store.stacked_local_parameters(users)['item_copy']
-      return np.take_along_axis(copies, items[..., None], axis=1)
-    if source == 'initial_table':
-      has_own = np.asarray(store.stacked_local_parameters(users)[
-          item_scoring.HAS_OWN_MODEL]) > 0
-      return np.where(has_own[:, None, None],
-                      self.initial_parameters['item_embedding'][items],
-                      global_table[items])
+    if (self.client_round.keeps_trained_rows
+        and self.training.untrained_item_rows == 'round_start'
+        and self.exchange.keeps_table_on_clients):
+      return self.exchange.client_table_vectors(
+          store.stacked_local_parameters(users), items)
     return None
+
+  def group_data_fields(self, store, users, data) -> dict:
+    """The method's own client data of a group of `users` (beside its
+    compact tables `data` and the exchange's fields), e.g. rows the store
+    keeps for it; none by default."""
+    del store, users, data
+    return {}
 
   def run_round(self, server_state, store, round_input, *,
                 users_per_client: int = 1) -> method.RoundResult:
@@ -258,33 +258,34 @@ class LocalItemMethod(ItemTableMethod):
     return method.RoundResult(server_state=server_state, metrics=metrics)
 
   def run_exchange(self, process, server_state, store, round_input, *,
-                   users_per_client: int = 1):
+                   users_per_client: int = 1, observe_uploads=None):
     """One download, training and upload of the round's users through
     `process` (this method's, or one of the same server state: APFR-GKD
     runs two a round); returns (server state, the figures of
-    `RoundResult.metrics`)."""
+    `RoundResult.metrics`). `observe_uploads` as in
+    `user_groups.run_round`."""
     users = np.asarray(round_input.users)
     fields = self.exchange.client_fields(users)
-    if self.untrained_rows_from == 'recorded_start_table':
+    if self.records_start_tables:
       store.record_start_table(
           users, round_input.round_num,
           self.global_parameters(server_state)['item_embedding'],
       )
 
     def group_data(positions):
-      data = user_groups.group_client_data(
+      data = compact_tables.group_client_data(
           [round_input.user_data[p] for p in positions]
       )
       for key, values in fields.items():
         data[key] = values[positions]
-      if self.training.starts_from_own_model:
-        data[client_training.OWN_ROWS] = store.table_vectors(
-            users[positions], data['row_ids'])
+      data.update(self.group_data_fields(store, users[positions], data))
       return data
 
     server_state, metrics = user_groups.run_round(
-        process, server_state, store, users, round_input.user_data,
-        users_per_group=users_per_client, make_group_data=group_data,
+        process, server_state, store, users,
+        sizes=[len(d['items']) for d in round_input.user_data],
+        make_group_data=group_data, users_per_group=users_per_client,
+        observe_uploads=observe_uploads,
     )
     sent = self.exchange.round_bytes(
         self.spec, self.initial_parameters, metrics, len(users)
@@ -329,6 +330,12 @@ def build_method(
       user_tiers=data.user_tiers,
   )
   training = training.for_items(spec.num_items)
+  if training.user_learning_rate is not None and not spec.has_user_embedding:
+    raise ValueError(
+        f'The {spec.architecture} model has no user embedding; drop '
+        '--user_learning_rate.'
+    )
+  client_round = client_training.download_round(training)
   params = models.initial_parameters(spec, seed)
   return LocalItemMethod(
       spec=spec,
@@ -336,8 +343,9 @@ def build_method(
       exchange=exchange,
       initial_parameters=params,
       process=client_training.build_process(
-          spec, params, training, exchange,
+          spec, params, training, exchange, client_round=client_round,
           item_aggregator=item_aggregator, model_aggregator=model_aggregator,
       ),
       num_users=data.num_users,
+      client_round=client_round,
   )

@@ -18,10 +18,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from tff_fedrec.algorithms.local_items import client_training
 from tff_fedrec.algorithms import method
 from tff_fedrec.algorithms import pfedrec
 from tff_fedrec.algorithms.fedras import exchange as fedras_exchange
+from tff_fedrec.algorithms.local_items import client_training
 from tff_fedrec.programs import execution
 
 _NUM_USERS = 4

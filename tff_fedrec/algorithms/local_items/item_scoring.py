@@ -1,12 +1,12 @@
-"""Leave-one-out evaluation of every user's own model (PFedRec Sec. 6.1).
+"""Every user's own item-table model, scored on candidate items.
 
-Each user scores its held-out item together with its 99 sampled negatives
-using its client state (local parameters and, with dual personalization, its
-fine-tuned item rows over the table it started its last round from, when the
-store recorded one: `client_state_store`) and the current global parameters,
-as the reference code evaluates `client_model_params[user]`. The scoring is
-batched over users; the math is `models.logits_from_vectors`, the same the
-clients train with.
+Each user scores candidates (its held-out item with sampled negatives, or
+every item) with its client state (local parameters and, with dual
+personalization, its fine-tuned item rows over the table it started its
+last round from, `personal_rows`) and the current global parameters, as
+PFedRec's reference code evaluates `client_model_params[user]`. The scoring
+is batched over users; the math is `models.logits_from_vectors`, the same
+the clients train with.
 """
 
 from typing import Callable, Optional
@@ -14,57 +14,28 @@ from typing import Callable, Optional
 import numpy as np
 import tensorflow as tf
 
-from tff_fedrec import client_state_store
-from tff_fedrec import metrics
 from tff_fedrec import models
-
-
-# A user's own copy of shared score layers, as its last training left them
-# (`local_item_training.ClientTrainingConfig.keeps_trained_model`): it
-# scores the user in place of the global layers once the user has trained.
-TRAINED_SCORE_LAYERS = 'trained_score_layers'
-# float32, 1 once the user has trained (beside its trained copy): a user
-# never selected has no model of its own and is scored with the global one
-# (APFR-GKD spec 7.11).
-HAS_OWN_MODEL = 'has_own_model'
-
-
-def score_layers_of(local, global_params):
-  """The score layers that score users of local state `local` (leading
-  [U]): where they keep a trained copy (`TRAINED_SCORE_LAYERS`), that copy
-  for a user that has trained and the global layers for one that has not;
-  None where they keep none (their own local or the global layers
-  apply)."""
-  if TRAINED_SCORE_LAYERS not in local:
-    return None
-  trained = tf.nest.map_structure(np.asarray, local[TRAINED_SCORE_LAYERS])
-  if HAS_OWN_MODEL not in local:
-    return trained
-  has_own = np.asarray(local[HAS_OWN_MODEL]) > 0
-  return tf.nest.pack_sequence_as(trained, [
-      np.where(has_own.reshape([-1] + [1] * (mine.ndim - 1)), mine,
-               np.asarray(shared)[None]).astype(mine.dtype)
-      for mine, shared in zip(tf.nest.flatten(trained),
-                              tf.nest.flatten(global_params['score_layers']),
-                              strict=True)
-  ])
 
 
 def score_candidates(
     spec: models.RecommenderSpec,
     global_params,
-    store: client_state_store.ClientStateStore,
+    store,
     candidates: np.ndarray,
     *,
     users: Optional[np.ndarray] = None,
     user_batch_size: int = 1024,
     item_vectors: Optional[
         Callable[[np.ndarray, np.ndarray], np.ndarray]] = None,
+    score_layers: Optional[Callable] = None,
 ) -> np.ndarray:
   """Logits [U, C] of each user's model for its candidate items [U, C];
   `users` [U] (default: every user of the store, in order).
   `item_vectors(users, items)` gives the users' item vectors [U, C, d]
-  (default: `store.item_vectors` over the global table)."""
+  (default: `store.item_vectors` over the global table);
+  `score_layers(local state [U, ...], global parameters)` the score layers
+  they are scored with when the method keeps its own ([U, ...]), else
+  None: their local or the global layers, as the spec declares them."""
   if users is None:
     users = np.arange(candidates.shape[0])
   item_embedding = np.asarray(global_params['item_embedding'])
@@ -78,7 +49,8 @@ def score_candidates(
     params = dict(shared)
     local = store.stacked_local_parameters(users[rows])
     params.update((k, local[k]) for k in spec.local_keys)
-    layers = score_layers_of(local, global_params)
+    layers = None if score_layers is None else score_layers(
+        local, global_params)
     if layers is not None:
       params['score_layers'] = layers
     vectors = item_vectors(users[rows], candidates[rows])
@@ -86,21 +58,3 @@ def score_candidates(
         spec, params, tf.constant(vectors)
     ).numpy()
   return scores
-
-
-def evaluate_leave_one_out(
-    spec: models.RecommenderSpec,
-    global_params,
-    store: client_state_store.ClientStateStore,
-    positives: np.ndarray,
-    negatives: np.ndarray,
-) -> dict[str, float]:
-  """HR@K / NDCG@K / AUC over [positive, negatives] per user.
-
-  Args:
-    positives: int [U], each user's held-out item.
-    negatives: int [U, M], its sampled negatives.
-  """
-  candidates = np.concatenate([positives[:, None], negatives], axis=1)
-  scores = score_candidates(spec, global_params, store, candidates)
-  return metrics.summarize_sampled(scores)

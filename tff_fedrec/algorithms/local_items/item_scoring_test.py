@@ -5,9 +5,10 @@ import collections
 import numpy as np
 import pytest
 
-from tff_fedrec import client_state_store
-from tff_fedrec.algorithms.local_items import item_scoring
+from tff_fedrec import metrics
 from tff_fedrec import models
+from tff_fedrec.algorithms.local_items import item_scoring
+from tff_fedrec.algorithms.local_items import personal_rows
 
 _NUM_ITEMS = 6
 _DIM = 3
@@ -27,7 +28,7 @@ def _store_with_random_states(spec, params, personal_users):
   """Every user gets its own local parameters; `personal_users` also get
   personal rows for items 0, 2 and 5. Returns (store, states)."""
   _, local_init = models.split_parameters(spec, params)
-  store = client_state_store.ClientStateStore(
+  store = personal_rows.PersonalRowsStore(
       _NUM_USERS,
       collections.OrderedDict(
           local_parameters=local_init,
@@ -117,7 +118,7 @@ def test_score_candidates_neural_cf_with_shared_mlp(user_batch_size):
   np.testing.assert_allclose(got, np.stack(expected), rtol=1e-5, atol=1e-6)
 
 
-def test_evaluate_leave_one_out_ranks_positives_at_known_positions():
+def test_leave_one_out_scores_rank_positives_at_known_positions():
   # MF with d = 1: item i has the 1-d vector [i], so user u scores item i
   # with p_u * i (or p_u * row for its personal rows).
   num_items = 30
@@ -125,7 +126,7 @@ def test_evaluate_leave_one_out_ranks_positives_at_known_positions():
   global_params = collections.OrderedDict(
       item_embedding=np.arange(num_items, dtype=np.float32)[:, None]
   )
-  store = client_state_store.ClientStateStore(
+  store = personal_rows.PersonalRowsStore(
       3,
       collections.OrderedDict(
           local_parameters=collections.OrderedDict(
@@ -152,9 +153,9 @@ def test_evaluate_leave_one_out_ranks_positives_at_known_positions():
       [21, 22, 23, 24, 25, 26, 0, 1, 2, 3, 4, 5],
   ])
 
-  got = item_scoring.evaluate_leave_one_out(
-      spec, global_params, store, positives, negatives
-  )
+  got = metrics.summarize_sampled(item_scoring.score_candidates(
+      spec, global_params, store,
+      np.concatenate([positives[:, None], negatives], axis=1)))
 
   # User 0: 29 beats 0..11                       -> rank 1, AUC 12/12.
   # User 1: 10 beats 0..4, loses to 11..17       -> rank 8, AUC 5/12.

@@ -1,4 +1,4 @@
-"""Local training of clients, as plain TF math (no `tff.*`).
+"""Local SGD of the local-item methods' clients, as plain TF math (no `tff.*`).
 
 Implements ClientUpdate of PFedRec's Algorithm 1 (Zhang et al., IJCAI 2023)
 and the joint update of the FedMF / FedNCF / FedRecon baselines:
@@ -10,93 +10,77 @@ and the joint update of the FedMF / FedNCF / FedRecon baselines:
 - `alternating=False`: one SGD step on all parameters per batch.
 
 The loss is Eq. (7), the binary cross-entropy, averaged over the batch as the
-reference code's `BCELoss` does. The item embedding has its own learning rate:
-the reference code uses lr * num_items * 80 for it (docs/methods/pfedrec.md).
-The user embedding may have its own too (`user_learning_rate`): every
-example of a batch reaches p_u while an item row sees a few, so under the
-mean-reduced loss p_u's gradient is one example's size and an item row's a
-B-th of it; at the shared rate p_u barely moves (APFR-GKD,
-docs/results/apfr_gkd.md).
+reference code's `BCELoss` does, plus a method's own term if it has one
+(`LossTerm`: APFR-GKD's distillation, `apfr_gkd.kd_loss`). The item
+embedding has its own learning rate: the reference code uses lr * num_items
+* 80 for it (docs/methods/pfedrec.md). The user embedding may have its own
+too (`user_learning_rate`): every example of a batch reaches p_u while an
+item row sees a few, so under the mean-reduced loss p_u's gradient is one
+example's size and an item row's a B-th of it; at the shared rate p_u
+barely moves (APFR-GKD, docs/results/apfr_gkd.md).
 
 Item rows are updated sparsely: only the rows of the batch's items change
 (duplicates accumulate, as PyTorch's embedding gradient does). With
 `item_gradient_maps` M_u [d, d], user u's row gradients G become G M_u
 before the step: CoLR trains its low-rank update through the loss that way
-(`gradient_compression.colr_gradient_map`).
+(`fedras.compression.colr_gradient_map`).
 
-`train_users_locally` trains U clients at once, each on its own copy of every
-parameter (leading dimension [U]): user u's batch b holds its own examples
-b*B .. (b+1)*B - 1, padding is masked out of the loss, and a user whose data
-has run out takes no step (zero gradient). Each user's result is therefore
-that of training it alone (`train_locally`, the case U = 1), while the TF
-ops, and the TFF client that runs them, are shared by U users.
+`train_users_locally` trains U clients at once, each on its own copy of
+every parameter (leading dimension [U]), through the one client loop
+(`client_loop.for_each_user_batch`, order 'given_then_shuffled'), so each
+user's result is that of training it alone (`train_locally`, the case
+U = 1).
 """
 
 import collections
-from typing import Any, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import tensorflow as tf
 
-from tff_fedrec.algorithms.apfr_gkd import kd_loss
+from tff_fedrec import client_loop
 from tff_fedrec import models
 
 LocalTrainingResult = collections.namedtuple(
     'LocalTrainingResult', ['parameters', 'loss_sum', 'num_examples']
 )
 
-DISTILLATION_KINDS = ('binary', 'listwise')
 
-
-class Distillation(NamedTuple):
-  """Distillation towards a fixed teacher (APFR-GKD Eq. 7-8).
+class LossTerm(NamedTuple):
+  """A method's own term of each user's batch loss.
 
   Attributes:
-    teacher_logits: float32 [U, N], the teacher's logit of every example
-      of every user (aligned with `items`), or, inside a step, of the
-      batch's [U, B].
-    weights: float32 [U], each user's mu (0: no distillation).
-    temperature: tau.
-    kind: One of DISTILLATION_KINDS (`kd_loss`).
+    examples: {name: [U, N]}, per-example inputs of the term, aligned with
+      `items` (gathered into each batch as the labels are).
+    fn: (logits [U, B], `client_loop.Batch`) -> [U], the term of each user
+      for the batch, added to its mean BCE.
   """
 
-  teacher_logits: tf.Tensor
-  weights: tf.Tensor
-  temperature: float = 1.0
-  kind: str = 'binary'
+  examples: dict
+  fn: Callable
 
 
-def _user_batch_losses(spec, params, rows, labels, mask, distillation=None):
-  """Per-user mean BCE (Eq. 7) over the user's real examples [U], plus,
-  with `distillation` (a `Distillation` with the batch's teacher logits
-  [U, B]), weight * tau^2 KL(teacher || student) (APFR-GKD Eq. 8)."""
+def _user_batch_losses(spec, params, rows, batch, loss_term=None):
+  """Per-user mean BCE (Eq. 7) over the user's real examples [U], plus
+  the method's `loss_term` of the batch."""
   logits = models.logits_from_vectors(spec, params, rows)
-  losses = tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
-  counts = tf.maximum(tf.reduce_sum(mask, axis=1), 1.0)
-  user_losses = tf.reduce_sum(losses * mask, axis=1) / counts
-  if distillation is None:
+  losses = tf.nn.sigmoid_cross_entropy_with_logits(
+      labels=batch.examples['labels'], logits=logits)
+  counts = tf.maximum(tf.reduce_sum(batch.mask, axis=1), 1.0)
+  user_losses = tf.reduce_sum(losses * batch.mask, axis=1) / counts
+  if loss_term is None:
     return user_losses
-  if distillation.kind == 'listwise':
-    kd = kd_loss.listwise_kd_loss(
-        distillation.teacher_logits, logits, mask, distillation.temperature)
-  else:
-    kd = tf.reduce_sum(
-        kd_loss.binary_kd_loss(
-            distillation.teacher_logits, logits, distillation.temperature)
-        * mask, axis=1) / counts
-  return user_losses + distillation.weights * kd
+  return user_losses + loss_term.fn(logits, batch)
 
 
 def _sgd_step(
     spec: models.RecommenderSpec,
     params: dict[str, Any],
-    batch_items: tf.Tensor,
-    batch_labels: tf.Tensor,
-    mask: tf.Tensor,
+    batch: client_loop.Batch,
     keys: tuple[str, ...],
     learning_rate: float,
     item_learning_rate: float,
     item_gradient_maps=None,
-    distillation=None,
+    loss_term=None,
     user_learning_rate: Optional[float] = None,
 ):
   """One SGD step of every user on `params[k]`, k in `keys`.
@@ -106,15 +90,14 @@ def _sgd_step(
   `item_gradient_maps` (float32 [U, d, d] or None): see the module docstring.
   `user_learning_rate`: the step of `user_embedding` (None: learning_rate).
   """
+  batch_items = batch.examples['items']
   rows = tf.gather(params['item_embedding'], batch_items, batch_dims=1)
   dense_keys = [k for k in keys if k != 'item_embedding']
   watched = [params[k] for k in dense_keys]
   with tf.GradientTape() as tape:
     tape.watch(watched)
     tape.watch(rows)
-    losses = _user_batch_losses(
-        spec, params, rows, batch_labels, mask, distillation
-    )
+    losses = _user_batch_losses(spec, params, rows, batch, loss_term)
     total = tf.reduce_sum(losses)
   dense_grads, row_grads = tape.gradient(total, (watched, rows))
   updated = dict(params)
@@ -140,31 +123,6 @@ def _sgd_step(
   return updated, losses
 
 
-def _epoch_order(num_examples, max_examples, shuffle_seeds, epoch):
-  """Each user's visiting order [U, N]: its own n_u examples, then padding.
-
-  Epoch 0 keeps the given order; epoch e > 0 reshuffles user u's examples
-  with the stateless seed shuffle_seeds[u] + e.
-  """
-  num_users = tf.shape(num_examples)[0]
-  identity = tf.tile(tf.range(max_examples)[None], [num_users, 1])
-  if tf.equal(epoch, 0):
-    return identity
-
-  def shuffle_one(args):
-    count, seed = args
-    shuffled = tf.random.experimental.stateless_shuffle(
-        tf.range(count), seed=seed + tf.cast(epoch, tf.int64)
-    )
-    return tf.concat([shuffled, tf.range(count, max_examples)], axis=0)
-
-  return tf.map_fn(
-      shuffle_one,
-      (num_examples, shuffle_seeds),
-      fn_output_signature=tf.TensorSpec([None], tf.int32),
-  )
-
-
 @tf.function
 def train_users_locally(
     spec: models.RecommenderSpec,
@@ -180,7 +138,7 @@ def train_users_locally(
     alternating: bool,
     shuffle_seeds: tf.Tensor,
     item_gradient_maps: Optional[tf.Tensor] = None,
-    distillation: Optional[Distillation] = None,
+    loss_term: Optional[LossTerm] = None,
     first_keys: Optional[tuple[str, ...]] = None,
     user_learning_rate: Optional[float] = None,
 ) -> LocalTrainingResult:
@@ -199,8 +157,7 @@ def train_users_locally(
     shuffle_seeds: int64 [U, 2]; epoch e > 0 reshuffles with seed + e.
     item_gradient_maps: float32 [U, d, d] or None (the identity); user u's
       item-row gradients are multiplied by its map before every step.
-    distillation: None, or a `Distillation` whose teacher logits [U, N]
-      are aligned with `items`: every step's loss adds it (APFR-GKD Eq. 8).
+    loss_term: None, or a method's `LossTerm`, added to every step's loss.
     first_keys: With `alternating`, the parameters of the first step of
       each batch (default the client-local ones, PFedRec's lines 8-9); the
       second steps the others. APFR-GKD's Dual phase steps the user
@@ -214,36 +171,34 @@ def train_users_locally(
     of the user's batches over all epochs, num_examples[u] = n_u x epochs, so
     their ratio is the reference code's reported training loss.
   """
-  params = dict(params)
   first_keys = spec.local_keys if first_keys is None else tuple(first_keys)
   second_keys = tuple(k for k in spec.keys if k not in first_keys)
-  max_examples = tf.shape(items)[1]
-  num_batches = (tf.reduce_max(num_examples) + batch_size - 1) // batch_size
-  loss_sum = tf.zeros(tf.shape(num_examples), tf.float32)
-  for epoch in tf.range(local_epochs):
-    order = _epoch_order(num_examples, max_examples, shuffle_seeds, epoch)
-    for batch in tf.range(num_batches):
-      index = order[:, batch * batch_size : (batch + 1) * batch_size]
-      mask = tf.cast(index < num_examples[:, None], tf.float32)
-      batch_items = tf.gather(items, index, batch_dims=1)
-      batch_labels = tf.gather(labels, index, batch_dims=1)
-      batch_distillation = None
-      if distillation is not None:
-        batch_distillation = distillation._replace(
-            teacher_logits=tf.gather(
-                distillation.teacher_logits, index, batch_dims=1)
-        )
-      step = lambda params, keys: _sgd_step(
-          spec, params, batch_items, batch_labels, mask, keys,
-          learning_rate, item_learning_rate, item_gradient_maps,
-          batch_distillation, user_learning_rate,
-      )
-      if alternating and first_keys:
-        params, _ = step(params, first_keys)
-        params, losses = step(params, second_keys)
-      else:
-        params, losses = step(params, spec.keys)
-      loss_sum += losses * tf.reduce_sum(mask, axis=1)
+  examples = {'items': items, 'labels': labels,
+              **(loss_term.examples if loss_term is not None else {})}
+
+  def step(state, batch):
+    params, loss_sum = state
+    take = lambda params, keys: _sgd_step(
+        spec, params, batch, keys, learning_rate, item_learning_rate,
+        item_gradient_maps, loss_term, user_learning_rate,
+    )
+    if alternating and first_keys:
+      params, _ = take(params, first_keys)
+      params, losses = take(params, second_keys)
+    else:
+      params, losses = take(params, spec.keys)
+    return params, loss_sum + losses * tf.reduce_sum(batch.mask, axis=1)
+
+  params, loss_sum = client_loop.for_each_user_batch(
+      examples,
+      tf.sequence_mask(num_examples, tf.shape(items)[1], tf.float32),
+      seeds=shuffle_seeds,
+      batch_size=batch_size,
+      epochs=local_epochs,
+      init=({k: params[k] for k in spec.keys},
+            tf.zeros(tf.shape(num_examples), tf.float32)),
+      step=step,
+  )
   return LocalTrainingResult(
       parameters=collections.OrderedDict((k, params[k]) for k in spec.keys),
       loss_sum=loss_sum,
@@ -264,7 +219,7 @@ def train_locally(
     alternating: bool,
     shuffle_seed: tf.Tensor,
     item_gradient_map: Optional[tf.Tensor] = None,
-    distillation: Optional[Distillation] = None,
+    loss_term: Optional[LossTerm] = None,
     first_keys: Optional[tuple[str, ...]] = None,
     user_learning_rate: Optional[float] = None,
 ) -> LocalTrainingResult:
@@ -272,8 +227,8 @@ def train_locally(
 
   `params` are one user's (no leading dimension), `items` int32 [n] index its
   `item_embedding`, `labels` float32 [n], `shuffle_seed` int64 [2],
-  `item_gradient_map` float32 [d, d] or None, `distillation` one user's
-  (teacher logits [n], weight a scalar) or None. The first
+  `item_gradient_map` float32 [d, d] or None, `loss_term` one user's
+  (its examples [n], its fn of [1, B] logits) or None. The first
   epoch visits the examples in the given order (the program shuffles them
   when it draws the round's negatives). Returns scalars `loss_sum` and
   `num_examples` (n x local_epochs).
@@ -295,12 +250,10 @@ def train_locally(
           None if item_gradient_map is None
           else add_user_dim(item_gradient_map)
       ),
-      distillation=(
-          None if distillation is None
-          else distillation._replace(
-              teacher_logits=add_user_dim(distillation.teacher_logits),
-              weights=add_user_dim(distillation.weights),
-          )
+      loss_term=(
+          None if loss_term is None
+          else loss_term._replace(examples=tf.nest.map_structure(
+              add_user_dim, loss_term.examples))
       ),
       first_keys=first_keys,
       user_learning_rate=user_learning_rate,

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tff_fedrec.algorithms.local_items import local_sgd
 from tff_fedrec import models
+from tff_fedrec.algorithms.local_items import local_sgd
 
 _NUM_ITEMS = 12
 _DIM = 4
@@ -80,26 +80,20 @@ def _reference_loss(spec, params, items, labels):
   )
 
 
-def _reference_kd(teacher, student, tau, kind):
-  """APFR-GKD Eq. 7-8's tau^2 KL(teacher || student) of one batch: the mean
-  over examples of the two-class KL, or the KL of the batch's softmaxes."""
-  if kind == 'binary':
-    p, q = tf.sigmoid(teacher / tau), tf.sigmoid(student / tau)
-    kl = p * tf.math.log(p / q) + (1 - p) * tf.math.log((1 - p) / (1 - q))
-    return tau**2 * tf.reduce_mean(kl)
-  p, q = tf.nn.softmax(teacher / tau), tf.nn.softmax(student / tau)
-  return tau**2 * tf.reduce_sum(p * tf.math.log(p / q))
+def _reference_term(targets, student, weight):
+  """The toy loss term of these tests: weight x the batch's mean squared
+  distance of the logits to per-example targets."""
+  return weight * tf.reduce_mean(tf.square(student - targets))
 
 
 def _reference_train(
     spec, params, items, labels, *, batch_size, local_epochs, learning_rate,
-    item_learning_rate, alternating, shuffle_seed, teacher_logits=None,
-    kd_weight=0.0, tau=1.0, kind='binary', first_keys=None,
-    user_learning_rate=None,
+    item_learning_rate, alternating, shuffle_seed, targets=None,
+    term_weight=0.0, first_keys=None, user_learning_rate=None,
 ):
   """Algorithm 1, ClientUpdate lines 5-11 (alternating) or joint SGD; with
-  `teacher_logits` [n] the loss adds kd_weight * `_reference_kd`; the user
-  embedding steps at `user_learning_rate` if given."""
+  `targets` [n] the loss adds `_reference_term`; the user embedding steps
+  at `user_learning_rate` if given."""
   variables = tf.nest.map_structure(tf.Variable, params)
   # The declaration (models_test checks it): item embedding global, user
   # embedding local, score layers local iff personal.
@@ -110,14 +104,14 @@ def _reference_train(
   ]
   global_keys = [k for k in variables if k not in local_keys]
 
-  def sgd_step(keys, batch_items, batch_labels, batch_teacher):
+  def sgd_step(keys, batch_items, batch_labels, batch_targets):
     trained = tf.nest.flatten([variables[k] for k in keys])
     with tf.GradientTape() as tape:
       loss = _reference_loss(spec, variables, batch_items, batch_labels)
-      if batch_teacher is not None:
-        loss += kd_weight * _reference_kd(
-            batch_teacher, _reference_logits(spec, variables, batch_items),
-            tau, kind)
+      if batch_targets is not None:
+        loss += _reference_term(
+            batch_targets, _reference_logits(spec, variables, batch_items),
+            term_weight)
     grads = tape.gradient(loss, trained)
     for variable, grad in zip(trained, grads):
       rate = (
@@ -147,9 +141,9 @@ def _reference_train(
       index = order[start : start + batch_size]
       batch_items = tf.constant(items[index])
       batch_labels = tf.constant(labels[index])
-      batch_teacher = (None if teacher_logits is None
-                       else tf.constant(teacher_logits[index], tf.float32))
-      batch = (batch_items, batch_labels, batch_teacher)
+      batch_targets = (None if targets is None
+                       else tf.constant(targets[index], tf.float32))
+      batch = (batch_items, batch_labels, batch_targets)
       if alternating and local_keys:
         sgd_step(local_keys, *batch)  # lines 8-9
         loss = sgd_step(global_keys, *batch)  # lines 10-11
@@ -495,54 +489,47 @@ def test_users_trained_together_match_each_trained_alone(
   )
 
 
-_TEACHER_LOGITS = np.array(
+_TARGETS = np.array(
     [2.0, -1.5, 0.5, 3.0, -0.5, 1.0, -2.0, 0.0, 1.5, -1.0, 2.5], np.float32)
 
 
-@pytest.mark.parametrize('kind', local_sgd.DISTILLATION_KINDS)
-@pytest.mark.parametrize('tau', [1.0, 3.0])
-def test_training_with_distillation_matches_reference(kind, tau):
-  # APFR-GKD's KD phase: NCF, item table and MLP shared, joint SGD on BCE +
-  # mu tau^2 KL(teacher || student).
+def _toy_term(weight):
+  """`_reference_term` as a `LossTerm` of one user, its targets gathered
+  with each batch."""
+
+  def term(logits, batch):
+    counts = tf.maximum(tf.reduce_sum(batch.mask, axis=1), 1.0)
+    squared = tf.square(logits - batch.examples['targets']) * batch.mask
+    return weight * tf.reduce_sum(squared, axis=1) / counts
+
+  return local_sgd.LossTerm(examples={'targets': tf.constant(_TARGETS)},
+                            fn=term)
+
+
+@pytest.mark.parametrize('alternating', [True, False])
+def test_a_methods_loss_term_is_added_to_every_step(alternating):
+  # A method's own term (APFR-GKD's distillation is one): its per-example
+  # inputs follow the batches' order, over two epochs that reshuffle.
   spec = _SPECS['neural_cf_global_mlp']
   params = _initial_params(spec)
-  mu = 0.7
-  result = _train(
-      spec, params, alternating=False, local_epochs=2,
-      distillation=local_sgd.Distillation(
-          teacher_logits=tf.constant(_TEACHER_LOGITS),
-          weights=tf.constant(mu), temperature=tau, kind=kind),
-  )
+  result = _train(spec, params, alternating=alternating, local_epochs=2,
+                  loss_term=_toy_term(0.7))
   expected, expected_loss_sum = _reference_train(
       spec, params, _ITEMS, _LABELS, batch_size=_BATCH_SIZE, local_epochs=2,
       learning_rate=_LEARNING_RATE, item_learning_rate=_ITEM_LEARNING_RATE,
-      alternating=False, shuffle_seed=np.array([1, 2], np.int64),
-      teacher_logits=_TEACHER_LOGITS, kd_weight=mu, tau=tau, kind=kind,
+      alternating=alternating, shuffle_seed=np.array([1, 2], np.int64),
+      targets=_TARGETS, term_weight=0.7,
   )
   _assert_params_close(result.parameters, expected)
   np.testing.assert_allclose(result.loss_sum, expected_loss_sum, rtol=1e-5)
-  # The distillation term changed the result (else the test is vacuous).
+  # The term changed the result (else the test is vacuous).
   without, _ = _reference_train(
       spec, params, _ITEMS, _LABELS, batch_size=_BATCH_SIZE, local_epochs=2,
       learning_rate=_LEARNING_RATE, item_learning_rate=_ITEM_LEARNING_RATE,
-      alternating=False, shuffle_seed=np.array([1, 2], np.int64),
+      alternating=alternating, shuffle_seed=np.array([1, 2], np.int64),
   )
   assert np.abs(np.asarray(result.parameters['item_embedding'])
                 - without['item_embedding']).max() > 1e-3
-
-
-def test_zero_distillation_weight_is_plain_training():
-  spec = _SPECS['neural_cf_global_mlp']
-  params = _initial_params(spec)
-  plain = _train(spec, params, alternating=False)
-  weighted_zero = _train(
-      spec, params, alternating=False,
-      distillation=local_sgd.Distillation(
-          teacher_logits=tf.constant(_TEACHER_LOGITS),
-          weights=tf.constant(0.0)),
-  )
-  _assert_params_close(weighted_zero.parameters, tf.nest.map_structure(
-      np.asarray, plain.parameters))
 
 
 def test_alternating_with_first_keys_steps_those_first():

@@ -1,8 +1,9 @@
-"""Tests of the distributors' client side: the catch-up of a client's copy
-of the item table from the compressed downlink (`distributors.catch_up`).
+"""Tests of FedRAS's downlink: the catch-up of a client's copy of the item
+table from the compressed downlink (`downlink.catch_up`), and the server's
+step from the clustered actions' aggregate (`downlink.ApplyActions`).
 
-Whole processes with the compressed downlink are in `algorithms/
-exchanges_test` and `algorithms/fedras/methods_test`.
+Whole processes with the compressed downlink are in
+`fedras/compressed_exchange_test` and `fedras/methods_test`.
 """
 
 import collections
@@ -11,7 +12,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tff_fedrec.templates import distributors
+import tensorflow_federated as tff
+
+from tff_fedrec.algorithms.fedras import downlink
+from tff_fedrec.programs import execution
 
 _NUM_ITEMS = 6
 _DIM = 2
@@ -45,7 +49,7 @@ def _ring(rounds):
 def _catch_up(synced, *, round_num, ring, replaces=False,
               resync_when_cheaper=True):
   synced = np.asarray(synced, np.int32)
-  return distributors.catch_up(
+  return downlink.catch_up(
       _RoundValueCodec(),
       replaces=replaces,
       history=len(ring['rounds']),
@@ -114,3 +118,48 @@ def test_catch_up_replacing_takes_the_latest_message_only():
 def test_catch_up_refuses_a_ring_without_the_round():
   with pytest.raises(tf.errors.InvalidArgumentError, match='missing'):
     _catch_up([1], round_num=3, ring=_ring([0, 1]))
+
+
+def test_apply_actions_adds_the_update_or_replaces_the_trained_rows():
+  table = np.arange(6, dtype=np.float32).reshape([3, 2])
+  layer = np.array([1.0, 2.0], np.float32)
+  update = np.array([[1, 1], [0, 0], [5, 5]], np.float32)
+  participants = np.array([2.0, 0.0, 1.0], np.float32)
+  aggregate = collections.OrderedDict(
+      item_embedding=collections.OrderedDict(
+          update=update, participants=participants),
+      layer=np.array([0.5, -0.5], np.float32))
+  server_type = lambda structure: tff.FederatedType(
+      tff.to_type(tf.nest.map_structure(
+          lambda x: tff.TensorType(x.dtype, x.shape), structure)),
+      tff.SERVER)
+
+  @tff.federated_computation(
+      server_type(collections.OrderedDict(item_embedding=table,
+                                          layer=layer)),
+      server_type(aggregate),
+  )
+  def apply(global_parameters, aggregate):
+    results = {}
+    for replaces in (False, True):
+      _, new, _ = downlink.ApplyActions(
+          replaces_trained_rows=replaces).finalize(
+              tff.federated_value(collections.OrderedDict(), tff.SERVER),
+              global_parameters, aggregate,
+              tff.federated_value(np.int32(0), tff.SERVER))
+      results[replaces] = new
+    return tff.federated_zip(collections.OrderedDict(
+        add=results[False], replace=results[True]))
+
+  with execution.worker_execution_context():
+    result = apply(collections.OrderedDict(item_embedding=table, layer=layer),
+                   aggregate)
+  # Added: every row moves by its update; replaced: rows that somebody
+  # trained (participants > 0) take the update, row 1 keeps its value.
+  np.testing.assert_array_equal(result['add']['item_embedding'],
+                                table + update)
+  np.testing.assert_array_equal(result['replace']['item_embedding'],
+                                [[1, 1], [2, 3], [5, 5]])
+  # The other parameters add their delta either way.
+  for name in ('add', 'replace'):
+    np.testing.assert_array_equal(result[name]['layer'], [1.5, 1.5])

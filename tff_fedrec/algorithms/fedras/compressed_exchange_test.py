@@ -2,8 +2,8 @@
 delegation to the aggregators, the clients' copies, and PFedRec's dual
 personalization composed with it.
 
-Whole rounds against a hand-written Algorithm 1 are in `fedras/
-methods_test`, the catch-up in `templates/distributors_test`. The TFF
+Whole rounds against a hand-written Algorithm 1 are in `methods_test`,
+the catch-up in `downlink_test`. The TFF
 computations run on one TFF worker owned by this module
 (`execution.worker_execution_context`), stopped when the module is done.
 """
@@ -14,13 +14,14 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
-from tff_fedrec import client_state_store
 from tff_fedrec import models
 from tff_fedrec.algorithms.fedras import clustered_actions
+from tff_fedrec.algorithms.fedras import compressed_exchange
 from tff_fedrec.algorithms.fedras import downlink_codecs
 from tff_fedrec.algorithms.fedras import row_codecs
-from tff_fedrec.algorithms.local_items import exchanges
 from tff_fedrec.algorithms.local_items import client_training
+from tff_fedrec.algorithms.local_items import compact_tables
+from tff_fedrec.algorithms.local_items import personal_rows
 from tff_fedrec.programs import execution
 from tff_fedrec.templates import two_phase
 from tff_fedrec.templates import user_groups
@@ -44,7 +45,7 @@ def tff_worker():
 
 
 def _exchange(**options):
-  return exchanges.CompressedExchange(
+  return compressed_exchange.CompressedExchange(
       num_items=_NUM_ITEMS,
       upload_codec=row_codecs.ClusteredActions(),
       downlink_codec=downlink_codecs.ClusteredActionsDownlink(
@@ -71,7 +72,7 @@ def _one_round(spec, params, process_and_exchange):
   """Two TFF clients of 2 and 1 users, from the initial client state;
   returns (server state, the users' new client states, metrics)."""
   process, exchange = process_and_exchange
-  store = client_state_store.ClientStateStore(
+  store = personal_rows.PersonalRowsStore(
       3, client_training.initial_client_state(spec, params, exchange)
   )
   users = [
@@ -88,14 +89,15 @@ def _one_round(spec, params, process_and_exchange):
   ]
 
   def group_data(positions):
-    data = user_groups.group_client_data([users[p] for p in positions])
+    data = compact_tables.group_client_data([users[p] for p in positions])
     data['bandwidth'] = np.full([len(positions)], 2, np.int32)
     return data
 
   # Users of 4, 2 and 3 examples, 2 per group: groups [1, 2] and [0].
   state, metrics = user_groups.run_round(
-      process, process.initialize(), store, np.arange(3), users,
-      users_per_group=2, make_group_data=group_data,
+      process, process.initialize(), store, np.arange(3),
+      sizes=[len(u['items']) for u in users], make_group_data=group_data,
+      users_per_group=2,
   )
   return state, store.get([0, 1, 2]), metrics
 
@@ -140,7 +142,7 @@ def test_type_signature():
   assert _names(metrics.member.client_work) == [
       'loss_sum', 'num_examples', 'download_bytes', 'resyncs', 'messages',
   ]
-  assert str(metrics.member.aggregator.item) == (
+  assert str(metrics.member.aggregator.item_embedding) == (
       '<uploaded_bytes=int64,uploaded_users=int32,compressed_users=int32>'
   )
 
@@ -194,8 +196,8 @@ def test_the_item_aggregator_is_what_moves_the_table():
       rtol=1e-6,
   )
   # Items 0-5 all trained; 3 users sent 3, 2 and 3 rows (bandwidth 2).
-  assert metrics['aggregator']['item']['uploaded_users'] == 3
-  assert metrics['aggregator']['item']['compressed_users'] == 2
+  assert metrics['aggregator']['item_embedding']['uploaded_users'] == 3
+  assert metrics['aggregator']['item_embedding']['compressed_users'] == 2
   client = metrics['client_work']
   assert client['download_bytes'] == 0 and client['resyncs'] == 0
   assert client['messages'] == 0  # Round 0: nothing to catch up on.

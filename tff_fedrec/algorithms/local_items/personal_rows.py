@@ -1,0 +1,316 @@
+"""The client state of the local-item methods: each user's local
+parameters and the item rows it fine-tuned, over a generic
+`client_state_store.ClientStateStore`.
+
+  PersonalRowsStore  per user, its stacked local parameters and, as two
+                     ragged fields, the ids [T_u] and rows [T_u, d] of the
+                     item embedding rows it fine-tuned in its last round
+                     (dual personalization, PFedRec Sec. 4.2), and the
+                     item table each user started its last round from,
+                     whose rows score the items it did not fine-tune, as
+                     PFedRec's reference code scores a user with the whole
+                     table it kept after its round
+                     (`client_model_params[user]`): one [N, d] table per
+                     round that some user still started from (one in all
+                     with every user in every round), not one per user.
+  OwnTableStore      users that keep an item table of their own across
+                     rounds: the rows they ever trained, merged round after
+                     round, over one shared initial table (APFR-GKD's
+                     `own_model`, FedRAP's D^(i)).
+
+Checkpoints (`to_arrays`) are the base store's arrays plus the start
+tables stacked [K, N, d] with their rounds [K] and each user's round [U].
+
+Example (two users, no personal rows yet):
+  >>> store = PersonalRowsStore(2, collections.OrderedDict(
+  ...     local_parameters={'user': np.zeros([2], np.float32)},
+  ...     personal_item_ids=np.zeros([0], np.int32),
+  ...     personal_item_rows=np.zeros([0, 4], np.float32)))
+  >>> store.item_vectors(np.array([0]), np.array([[3]]), table)  # [1, 1, 4]
+"""
+
+import collections
+from collections.abc import Sequence
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+
+from tff_fedrec import client_state_store
+
+_IDS = 'personal_item_ids'
+_ROWS = 'personal_item_rows'
+
+
+class PersonalRowsStore(client_state_store.ClientStateStore):
+  """Client states of `num_users` users, all starting at `initial_state`,
+  one user's `OrderedDict(local_parameters=..., personal_item_ids=
+  int32[0], personal_item_rows=float32[0, d])` (as
+  `client_training.initial_client_state` makes it)."""
+
+  def __init__(self, num_users: int, initial_state: collections.OrderedDict):
+    super().__init__(
+        num_users, initial_state['local_parameters'],
+        ragged=collections.OrderedDict((
+            (_IDS, np.zeros([0], np.int32)),
+            (_ROWS, np.zeros(
+                [0, np.shape(initial_state[_ROWS])[1]], np.float32)),
+        )),
+    )
+    self._row_index = None
+    # -1: no start table (the caller's table scores its untrained rows).
+    self._start_round = np.full([num_users], -1, np.int64)
+    self._start_tables = {}
+    self._users_per_start_table = {}
+
+  def get(self, users: Sequence[int]) -> list[collections.OrderedDict]:
+    """The client states of `users`, in order (local parameters and rows)."""
+    return [
+        collections.OrderedDict(
+            local_parameters=local, personal_item_ids=ids,
+            personal_item_rows=rows,
+        )
+        for local, ids, rows in zip(
+            self.local_parameters(users), self.ragged(_IDS, users),
+            self.ragged(_ROWS, users))
+    ]
+
+  def put(self, users: Sequence[int], states: Sequence) -> None:
+    """Stores the states of `users` (same order): `OrderedDict(
+    local_parameters, personal_item_ids, personal_item_rows)` each."""
+    self.put_user_states(users, [s['local_parameters'] for s in states])
+    self.put_ragged(_IDS, users, [s[_IDS] for s in states])
+    self.put_ragged(_ROWS, users, [s[_ROWS] for s in states])
+
+  def put_ragged(self, name, users, values) -> None:
+    super().put_ragged(name, users, values)
+    self._row_index = None
+
+  def put_group(self, users: np.ndarray, group_state, group_data) -> None:
+    """Stores a group's state as a process returned it: `OrderedDict(
+    local_parameters [U, ...], personal_item_ids [U, T],
+    personal_item_rows [U, T, d])`, of which user u keeps its first
+    group_data['num_rows'][u] rows."""
+    ids = np.asarray(group_state[_IDS])
+    rows = np.asarray(group_state[_ROWS])
+    counts = [min(int(count), ids.shape[1])
+              for count in np.asarray(group_data['num_rows'])]
+    self.put_local_parameters(users, group_state['local_parameters'])
+    self.put_ragged(_IDS, users, [ids[u, :n] for u, n in enumerate(counts)])
+    self.put_ragged(_ROWS, users, [rows[u, :n] for u, n in enumerate(counts)])
+
+  def _personal_row_index(self, num_items: int):
+    """(sorted keys user * num_items + item, their rows), built once per put."""
+    if self._row_index is None or self._row_index[0] != num_items:
+      all_ids = self.ragged(_IDS, range(self.num_users))
+      counts = np.array([ids.size for ids in all_ids], np.int64)
+      owner = np.repeat(np.arange(self.num_users, dtype=np.int64), counts)
+      keys = owner * num_items + np.concatenate(all_ids)
+      rows = np.concatenate(self.ragged(_ROWS, range(self.num_users)))
+      order = np.argsort(keys, kind='stable')
+      self._row_index = (num_items, keys[order], rows[order])
+    return self._row_index[1:]
+
+  def record_start_table(
+      self, users: np.ndarray, round_num: int, table: np.ndarray
+  ) -> None:
+    """Notes that `users` start round `round_num` from item table `table`
+    [N, d]: after the round, their rows they do not fine-tune are read from
+    it (module docstring). Tables no user starts from any more are
+    dropped."""
+    users = np.unique(np.asarray(users, np.int64))
+    if not users.size:
+      return
+    # Only this round's users change tables: the work follows them, not
+    # the whole population.
+    previous, counts = np.unique(self._start_round[users],
+                                 return_counts=True)
+    for old, leaving in zip(previous.tolist(), counts.tolist()):
+      if old < 0:
+        continue
+      self._users_per_start_table[old] -= leaving
+      if not self._users_per_start_table[old]:
+        del self._users_per_start_table[old]
+        del self._start_tables[old]
+    round_num = int(round_num)
+    self._start_tables[round_num] = np.array(table, np.float32)
+    self._start_round[users] = round_num
+    self._users_per_start_table[round_num] = (
+        self._users_per_start_table.get(round_num, 0) + users.size
+    )
+
+  @property
+  def num_start_tables(self) -> int:
+    return len(self._start_tables)
+
+  def item_vectors(
+      self, users: np.ndarray, items: np.ndarray, item_embedding: np.ndarray,
+      *, start_vectors: Optional[np.ndarray] = None,
+  ) -> np.ndarray:
+    """Each user's view of `items` [U, C]: its personal row if any, else
+    the row of the table it started its last round from: `start_vectors`
+    [U, C, d] if given (a method that keeps that table itself), else the
+    recorded start table, else `item_embedding`'s row (the global table).
+
+    Returns float32 [U, C, d].
+    """
+    if start_vectors is not None:
+      vectors = np.array(start_vectors, np.float32)
+    else:
+      vectors = item_embedding[items]
+      starts = self._start_round[np.asarray(users, np.int64)]
+      for round_num in np.unique(starts[starts >= 0]):
+        mine = starts == round_num
+        vectors[mine] = self._start_tables[int(round_num)][items[mine]]
+    num_items = item_embedding.shape[0]
+    keys, rows = self._personal_row_index(num_items)
+    if not keys.size:
+      return vectors
+    wanted = np.asarray(users, np.int64)[:, None] * num_items + items
+    position = np.minimum(np.searchsorted(keys, wanted), keys.size - 1)
+    found = keys[position] == wanted
+    vectors[found] = rows[position[found]]
+    return vectors
+
+  def bytes_per_user(self) -> float:
+    """Mean bytes of client state held per user, start tables included."""
+    total = super().bytes_per_user() * self.num_users
+    if self._start_tables:
+      total += sum(table.nbytes for table in self._start_tables.values())
+      total += self._start_round.nbytes
+    return total / self.num_users
+
+  def to_arrays(self) -> collections.OrderedDict:
+    arrays = super().to_arrays()
+    rounds = sorted(self._start_tables)
+    dim = np.shape(self.ragged(_ROWS, [0])[0])[1]
+    arrays['start_round'] = self._start_round.copy()
+    arrays['start_table_rounds'] = np.array(rounds, np.int64)
+    arrays['start_tables'] = (
+        np.stack([self._start_tables[r] for r in rounds]) if rounds
+        else np.zeros([0, 0, dim], np.float32)
+    )
+    return arrays
+
+  def load_arrays(self, arrays) -> None:
+    super().load_arrays(arrays)
+    self._row_index = None
+    start_round = np.asarray(arrays['start_round'], np.int64)
+    rounds = np.asarray(arrays['start_table_rounds'], np.int64)
+    tables = np.asarray(arrays['start_tables'], np.float32)
+    if start_round.shape != (self.num_users,) or len(tables) != rounds.size:
+      raise ValueError(
+          'Checkpointed client states do not match this model: start '
+          f'rounds of {start_round.shape} users (expected '
+          f'{self.num_users}), {len(tables)} start tables for '
+          f'{rounds.size} rounds.'
+      )
+    self._start_round = start_round.copy()
+    self._start_tables = {
+        int(r): table.copy() for r, table in zip(rounds, tables)
+    }
+    live, counts = np.unique(start_round[start_round >= 0],
+                             return_counts=True)
+    self._users_per_start_table = dict(zip(live.tolist(), counts.tolist()))
+
+
+class OwnTableStore(PersonalRowsStore):
+  """Client states of users that each keep an item table of their own
+  across rounds, every one starting from one `initial_table` [I, d].
+
+  A dense table per user does not fit (ML-1M: 6,040 x 3,706 x 32 float32
+  is 2.9 GB), so the store keeps the initial table once and, per user, the
+  rows it has trained in any round (its personal rows, sorted by id):
+  after a round the user's new rows replace its old ones of the same
+  items and its other rows stay. A row it never trained is the initial
+  table's. Optionally a per-user scale, read from its local state, shrinks
+  the rows a round did not train (FedRAP's weight decay reaches every row
+  of D^(i)): `untrained_scale_key` names the scale of the rows it never
+  trained (s_i: they are s_i x initial_table[j]), `round_scale_key` what
+  its last round multiplied the rows outside the round's table by.
+
+  Users: APFR-GKD with `client_start='own_model'` (each client's model is
+  its own, Algorithm 1's theta_t^i <- theta_{t-1}^i - eta grad) and
+  FedRAP's D^(i) (`fedrap.client_state`). Checkpoints are the base store's
+  arrays; the initial table is rebuilt from the seed.
+
+  Example:
+    >>> store = OwnTableStore(num_users, initial_state, initial_table)
+    >>> store.table_vectors(np.array([0]), np.array([[3, 5]]))  # [1, 2, d]
+  """
+
+  def __init__(self, num_users: int, initial_state: collections.OrderedDict,
+               initial_table: np.ndarray, *,
+               untrained_scale_key: Optional[str] = None,
+               round_scale_key: Optional[str] = None):
+    super().__init__(num_users, initial_state)
+    if (untrained_scale_key is None) != (round_scale_key is None):
+      raise ValueError('Give both scale keys or neither.')
+    self._initial_table = np.asarray(initial_table, np.float32)
+    self._untrained_scale_key = untrained_scale_key
+    self._round_scale_key = round_scale_key
+
+  @property
+  def initial_table(self) -> np.ndarray:
+    return self._initial_table
+
+  def table_vectors(self, users: np.ndarray, items: np.ndarray) -> np.ndarray:
+    """Each of `users`' [U] own rows of `items` int [U, C]: float32
+    [U, C, d]."""
+    users = np.asarray(users, np.int64)
+    items = np.asarray(items)
+    vectors = self._initial_table[items]
+    if self._untrained_scale_key is not None:
+      scales = np.asarray(
+          self.stacked_local_parameters(users)[self._untrained_scale_key],
+          np.float32,
+      )
+      vectors = vectors * scales[:, None, None]
+    for index, state in enumerate(self.get(users)):
+      ids = state['personal_item_ids']
+      if not ids.size:
+        continue
+      position = np.minimum(np.searchsorted(ids, items[index]), ids.size - 1)
+      found = ids[position] == items[index]
+      vectors[index, found] = state['personal_item_rows'][position[found]]
+    return vectors
+
+  def put_group(self, users: np.ndarray, group_state, group_data) -> None:
+    """Merges a group's round into the store: `group_state` is
+    `OrderedDict(local_parameters [U, ...], personal_item_ids [U, T] (the
+    user's round table, distinct sorted ids), personal_item_rows [U, T,
+    d])`, of which user u trained its first group_data['num_rows'][u]
+    rows."""
+    num_rows = group_data['num_rows']
+    ids = np.asarray(group_state['personal_item_ids'])
+    rows = np.asarray(group_state['personal_item_rows'])
+    local = tf.nest.map_structure(np.asarray, group_state['local_parameters'])
+    scales = (np.ones(len(users), np.float32) if self._round_scale_key is None
+              else local[self._round_scale_key])
+    states = []
+    for index, (count, previous) in enumerate(
+        zip(np.asarray(num_rows), self.get(users), strict=True)
+    ):
+      new_ids = ids[index, : int(count)]
+      old_ids = previous['personal_item_ids']
+      kept = ~np.isin(old_ids, new_ids)
+      merged_ids = np.concatenate([old_ids[kept], new_ids])
+      merged_rows = np.concatenate([
+          previous['personal_item_rows'][kept] * scales[index],
+          rows[index, : int(count)],
+      ])
+      order = np.argsort(merged_ids, kind='stable')
+      states.append(collections.OrderedDict(
+          local_parameters=tf.nest.map_structure(
+              lambda leaf, i=index: leaf[i], local
+          ),
+          personal_item_ids=merged_ids[order],
+          personal_item_rows=merged_rows[order],
+      ))
+    self.put(users, states)
+
+  def bytes_per_user(self) -> float:
+    """Mean bytes per user of client state, the initial table's share
+    included."""
+    return (super().bytes_per_user()
+            + self._initial_table.nbytes / self.num_users)
