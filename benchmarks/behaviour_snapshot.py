@@ -10,7 +10,8 @@ keeps OUT/<configuration>/summary.json and metrics.csv. `compare` prints one
 markdown row per configuration: its test metrics and which of the compared
 fields differ (`_COMPARED`: test, validation, best round, final-round test,
 test history, the per-round training loss and bytes, the bytes summary,
-client-state bytes per user and the method's own figures). Timings and
+client-state bytes per user and the method's own figures), and which
+fields only AFTER has (additions, e.g. a new per-tier report). Timings and
 memory are not compared.
 
 Every configuration runs with --users_per_tff_client=3, so groups of
@@ -138,13 +139,28 @@ def _read(root_dir: str):
 
 
 def _same(a, b) -> bool:
+  """Whether `b` holds every figure of `a` with the same value (a field
+  that only `b` has is an addition, listed apart)."""
   if isinstance(a, float) and isinstance(b, float):
     return a == b or (math.isnan(a) and math.isnan(b))
   if isinstance(a, dict) and isinstance(b, dict):
-    return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return a.keys() <= b.keys() and all(_same(a[k], b[k]) for k in a)
   if isinstance(a, list) and isinstance(b, list):
     return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
   return a == b
+
+
+def _added(a, b, prefix='') -> list[str]:
+  """The fields of `b` that `a` lacks, dotted."""
+  if not (isinstance(a, dict) and isinstance(b, dict)):
+    return []
+  found = []
+  for key in b:
+    if key not in a:
+      found.append(prefix + key)
+    else:
+      found += _added(a[key], b[key], f'{prefix}{key}.')
+  return found
 
 
 def _headline(summary: dict) -> str:
@@ -165,13 +181,18 @@ def compare(before: str, after: str) -> None:
       continue
     differences = [key for key in _COMPARED
                    if not _same(old.get(key), new.get(key))]
-    columns = set(old_rows[0]) ^ set(new_rows[0])
-    if columns:
-      differences.append('metrics.csv columns ' + ', '.join(sorted(columns)))
-    else:
-      for column in old_rows[0]:
-        if any(a[column] != b[column] for a, b in zip(old_rows, new_rows)):
-          differences.append(f'metrics.csv {column}')
+    missing = set(old_rows[0]) - set(new_rows[0])
+    if missing:
+      differences.append('metrics.csv lacks ' + ', '.join(sorted(missing)))
+    for column in set(old_rows[0]) & set(new_rows[0]):
+      if any(a[column] != b[column] for a, b in zip(old_rows, new_rows)):
+        differences.append(f'metrics.csv {column}')
+    added = [field for key in _COMPARED
+             for field in _added({key: old.get(key)}, {key: new.get(key)})]
+    added += [f'metrics.csv {column}'
+              for column in sorted(set(new_rows[0]) - set(old_rows[0]))]
+    if added:
+      differences.append('added ' + ', '.join(added))
     print(f'| {name} | {_headline(old)} | '
           f'{", ".join(differences) or "equal"} |')
 

@@ -104,6 +104,18 @@ def read_metrics(root_dir: str) -> list[dict[str, str]]:
     return list(csv.DictReader(f))
 
 
+def assert_figures_close(actual, expected, abs: float = 1e-6) -> None:
+  """Asserts that two (nested) dicts of figures have the same keys and
+  numbers within `abs` (a summary's `test`, per tier included)."""
+  if isinstance(expected, dict):
+    assert isinstance(actual, dict) and actual.keys() == expected.keys(), (
+        actual, expected)
+    for key in expected:
+      assert_figures_close(actual[key], expected[key], abs)
+  else:
+    assert actual == pytest.approx(expected, abs=abs)
+
+
 def snapshot(root_dir: str) -> dict[str, str]:
   """{relative path: SHA-256, or 'folder'} of everything under `root_dir`,
   to check that a refusal left it byte for byte as it was."""

@@ -88,3 +88,15 @@ def test_a_program_that_leaves_its_worker_running_fails_the_test():
     for process in started:
       process.kill()
       process.wait()
+
+
+def test_figures_close_compare_nested_figures_and_their_keys():
+  figures = {'hr@10': 0.5, 'per_tier': {'small': {'hr@10': 0.25, 'users': 3}}}
+  program_test_utils.assert_figures_close(
+      figures, {'hr@10': 0.5 + 1e-8,
+                'per_tier': {'small': {'hr@10': 0.25, 'users': 3}}})
+  for other in ({'hr@10': 0.5, 'per_tier': {'small': {'hr@10': 0.26,
+                                                       'users': 3}}},
+                {'hr@10': 0.5, 'per_tier': {}}):
+    with pytest.raises(AssertionError):
+      program_test_utils.assert_figures_close(figures, other)

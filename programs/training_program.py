@@ -4,10 +4,13 @@
 flags; `export` rebuilds a finished or checkpointed run from the flags it
 saved (`run.flags`) to read its models. See train.py for the usage.
 
-The program holds no method names: the chosen method's registry entry
-(`registry.MethodEntry`) gives its builder, its protocol and the flag
+The program holds no method or protocol names: the chosen method's
+registry entry (`registry.MethodEntry`) gives its builder, its protocol
+(made from the flags by `flag_groups.protocols.PROTOCOLS`) and the flag
 groups it takes (`flag_groups`); the flags of every other group are
 refused if given, and those of its groups become the builder's arguments.
+Every run takes the common groups, its users' tiers among them: every
+method is given them, every protocol reports by them.
 """
 
 import dataclasses
@@ -38,22 +41,23 @@ from tff_fedrec.programs.flag_groups import group
 from tff_fedrec.programs.flag_groups import protocols as protocol_flags
 from tff_fedrec.programs.flag_groups import run as run_flags
 from tff_fedrec.programs.flag_groups import tiered as tiered_flags
+from tff_fedrec.programs.flag_groups import tiers as tiers_flags
 from tff_fedrec.programs.flag_groups import training as training_flags
 from tff_fedrec.tasks import datasets
 from tff_fedrec.tasks import errors
-from tff_fedrec.tasks import leave_one_out
-from tff_fedrec.tasks import random_split
 
 FlagError = group.FlagError
 RUN_FLAGS_FILE = run_directory.RUN_FLAGS_FILE
 # Every run takes these groups; its method and protocol add theirs.
-COMMON_GROUPS = ('data', 'run', 'execution')
+COMMON_GROUPS = ('data', 'run', 'execution', 'tiers')
 
+# Every group, in the order --help shows them: the common ones, the
+# protocols', the shared training ones, then each paper's.
 GROUPS = {
     flag_group.name: flag_group
-    for module in (data_flags, run_flags, execution_flags, protocol_flags,
-                   training_flags, exchange_flags, tiered_flags,
-                   fedrap_flags, apfr_gkd_flags)
+    for module in (data_flags, run_flags, execution_flags, tiers_flags,
+                   protocol_flags, training_flags, exchange_flags,
+                   tiered_flags, apfr_gkd_flags, fedrap_flags)
     for flag_group in module.GROUPS
 }
 
@@ -81,13 +85,8 @@ def _load_data(entry: registry.MethodEntry, data_config: datasets.DataConfig,
   interactions = datasets.load_interactions(data_config)
   fingerprint = datasets.fingerprint(interactions)
   run_directory.check_data(root_dir, fingerprint, datasets.source(data_config))
-  if entry.protocol == registry.LEAVE_ONE_OUT:
-    data = datasets.split_leave_one_out(
-        data_config, interactions,
-        num_eval_negatives=protocol_flags.EVAL_NEGATIVES.value,
-    )
-  else:
-    data = datasets.split_random(data_config, interactions)
+  data = protocol_flags.PROTOCOLS[entry.protocol].split(
+      data_config, interactions)
   if not data.num_users:
     raise FlagError(
         f'--min_interactions={data_flags.MIN_INTERACTIONS.value} drops every '
@@ -106,21 +105,6 @@ def known_flags() -> set[str]:
 def current_flags() -> dict[str, str]:
   """{flag: value} of this program's flags as they are now."""
   return run_directory.parse_flag_lines(_flag_lines(), known_flags())
-
-
-def _protocol(entry, data, user_tiers):
-  clients = run_flags.clients_per_round(data.num_users)
-  options = dict(negatives_per_positive=run_flags.NEGATIVES.value,
-                 seed=run_flags.SEED.value)
-  if entry.protocol == registry.LEAVE_ONE_OUT:
-    return leave_one_out.LeaveOneOut(
-        data, clients_per_round=clients or data.num_users,
-        negative_pool=protocol_flags.NEGATIVE_POOL.value, **options
-    )
-  return random_split.RandomSplit(
-      data, user_tiers=user_tiers, clients_per_round=clients,
-      training_negatives=protocol_flags.TRAINING_NEGATIVES.value, **options,
-  )
 
 
 def builder_arguments(entry: registry.MethodEntry,
@@ -206,17 +190,15 @@ def prepare_run(*, log: Callable[[str], None] = print,
     )
   data_config = data_flags.data_config(run_flags.SEED.value)
   data, fingerprint = _load_data(entry, data_config, run_flags.ROOT_DIR.value)
-  user_tiers = None
-  if 'tiers' in entry.flag_groups:
-    user_tiers = tiered_flags.tier_policy().assign(
-        method_lib.RunData.of(data).train_counts, run_flags.SEED.value
-    )
+  user_tiers = tiers_flags.tier_policy().assign(
+      method_lib.RunData.of(data).train_counts, run_flags.SEED.value
+  )
   run_data = method_lib.RunData.of(data, user_tiers)
   method = entry.build(
       data=run_data, seed=run_flags.SEED.value,
       **builder_arguments(entry, run_data),
   )
-  protocol = _protocol(entry, data, user_tiers)
+  protocol = protocol_flags.PROTOCOLS[entry.protocol].build(data, user_tiers)
   loop_config = training_loop.LoopConfig(
       rounds=run_flags.ROUNDS.value,
       eval_every=run_flags.EVAL_EVERY.value or protocol.default_eval_every,
@@ -254,9 +236,10 @@ def prepare_run(*, log: Callable[[str], None] = print,
   )
 
 
-def results_table(summary: dict, protocol, root_dir: str) -> str:
+def results_table(summary: dict, protocol, method: method_lib.Method,
+                  root_dir: str) -> str:
   """The printed results: the protocol's rows, the run's cost, and the
-  method's figures that the summary has."""
+  method's rows."""
   if summary['executor']['kind'] == 'remote':
     rss = 'peak RSS (this program; remote workers not counted)'
   else:
@@ -268,28 +251,10 @@ def results_table(summary: dict, protocol, root_dir: str) -> str:
       *protocol.results_rows(summary),
       ('seconds per round (median)', f'{summary["seconds_per_round"]:.2f}'),
       (rss, f'{summary["peak_rss_mb"]:.0f} MB'),
+      *method.results_rows(summary),
+      ('outputs', f'{root_dir}: summary.json, metrics.csv, checkpoints/, '
+       'tensorboard/'),
   ]
-  if 'client_state_bytes_per_user' in summary:
-    rows.append(('client state per user',
-                 f'{summary["client_state_bytes_per_user"] / 1024:.1f} KiB'))
-  if 'measured_compression_rate' in summary:
-    sent = summary['bytes_per_round']
-    rate = summary['measured_compression_rate']
-    line = (f'{sent["upload"] / 1e6:.3f} / {sent["download"] / 1e6:.3f} MB')
-    if rate.get('uplink') or rate.get('downlink'):
-      line += (f'; measured compression {rate["uplink"]:.4f} / '
-               f'{rate["downlink"]:.4f} (downlink per message '
-               f'{rate["downlink_per_message"]:.4f})')
-    rows.append(('bytes per round up / down (median)', line))
-  for name, sent in summary.get('bytes_per_client', {}).items():
-    rows.append((f'  {name} client per round',
-                 f'{sent["download"] / 1024:.1f} KiB down, '
-                 f'{sent["upload"] / 1024:.1f} KiB up'))
-  if summary.get('singular_value_variance_large') is not None:
-    rows.append(('singular-value variance of V_l (Table V)',
-                 f'{summary["singular_value_variance_large"]:.4g}'))
-  rows.append(('outputs', f'{root_dir}: summary.json, metrics.csv, '
-               'checkpoints/, tensorboard/'))
   width = max(len(name) for name, _ in rows)
   return '\n'.join(f'{name:<{width}}  {value}' for name, value in rows)
 
@@ -333,13 +298,6 @@ def _train_with_worker_restarts(
       )
 
 
-# The groups in the order --help shows them.
-_HELP_ORDER = ('data', 'run', 'execution', 'leave_one_out', 'random_split',
-               'training', 'local_sgd', 'user_embedding', 'embedding',
-               'score_layers', 'base_model', 'exchange', 'tiers',
-               'tier_models', 'hetefedrec', 'apfr_gkd', 'fedrap')
-
-
 def help_text(method: Optional[str] = None) -> str:
   """This program's flags by group, with the methods that take each group;
   with `method`, only the groups that method takes."""
@@ -358,7 +316,7 @@ def help_text(method: Optional[str] = None) -> str:
     entry = registry.METHODS[method]
     used = {*COMMON_GROUPS, entry.protocol, *entry.flag_groups}
     lines.append(f'Flags --method={method} takes ({entry.paper}):')
-  for name in _HELP_ORDER:
+  for name in GROUPS:
     if used is not None and name not in used:
       continue
     flag_group = GROUPS[name]
@@ -427,8 +385,8 @@ def run() -> dict:
         prepared.root_dir,
         lambda worker_pid: prepared.make_training_run(worker_pid).train(),
     )
-  print(results_table(summary, prepared.protocol, prepared.root_dir),
-        flush=True)
+  print(results_table(summary, prepared.protocol, prepared.method,
+                      prepared.root_dir), flush=True)
   return summary
 
 

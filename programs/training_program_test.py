@@ -91,8 +91,6 @@ def _exit_status_and_stderr(args, tmp_path):
          '--compression_rate needs a compressed exchange'),
         (['--method=fedmf', '--dataset=synthetic', '--exchange=svd',
           '--alpha=0.3'], '--alpha applies to fedras only'),
-        (['--method=pfedrec', '--dataset=synthetic', '--tier_ratio=1,1,1'],
-         '--tier_ratio sets tiers here only for --tier_compression_rates'),
         (['--method=pfedrec', '--dataset=synthetic', '--ldp_noise_scale=-1'],
          '--ldp_noise_scale must be a finite number >= 0'),
         (['--method=fedncf', '--dataset=synthetic', '--hidden_units=abc'],

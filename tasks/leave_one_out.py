@@ -20,7 +20,8 @@ every user's training examples: its training positives, each with
 The evaluation negatives are the split's (never interacted, distinct, the
 validation's and the test's disjoint) under both. Each evaluation scores
 every user's own model on its validation and test item with their
-negatives: HR@10, NDCG@10 and AUC. The report picks
+negatives (`method.CandidateItems`): HR@10, NDCG@10 and AUC, and the test
+HR@10 / NDCG@10 of each tier of users (the run's tiers). The report picks
 the round with the best validation HR@10 (the latest on ties, as the
 reference code's `>=`) and reports test metrics at that round.
 
@@ -31,10 +32,12 @@ Example:
 """
 
 import collections
+from typing import Optional
 
 import numpy as np
 
 from tff_fedrec import metrics
+from tff_fedrec import tiers
 from tff_fedrec.algorithms import method as method_lib
 from tff_fedrec.tasks import preprocessing
 from tff_fedrec.tasks import protocol
@@ -55,6 +58,7 @@ class LeaveOneOut(protocol.Protocol):
       clients_per_round: int,
       negatives_per_positive: int = 4,
       negative_pool: str = 'never_interacted',
+      user_tiers: Optional[np.ndarray] = None,
       seed: int = 0,
   ):
     if not 1 <= clients_per_round <= data.num_users:
@@ -71,6 +75,7 @@ class LeaveOneOut(protocol.Protocol):
     self.clients_per_round = clients_per_round
     self.negatives_per_positive = negatives_per_positive
     self.negative_pool = negative_pool
+    self.user_tiers = None if user_tiers is None else np.asarray(user_tiers)
     self.seed = seed
     # Each user's items that are never its training negatives (CSR,
     # ascending per user).
@@ -116,23 +121,39 @@ class LeaveOneOut(protocol.Protocol):
         examples=examples, seed=self.seed,
     )
 
-  def _scores(self, method, server_state, store, split: str) -> dict:
+  def _scores(self, method, server_state, store, split: str):
     positives = getattr(self.data, f'{split}_items')
     negatives = getattr(self.data, f'{split}_negatives')
     candidates = np.concatenate([positives[:, None], negatives], axis=1)
-    scores = method.score(
-        server_state, store, np.arange(self.data.num_users), candidates
-    )
-    return metrics.summarize_sampled(scores)
+    return method.score(server_state, store, method_lib.CandidateItems(
+        np.arange(self.data.num_users), candidates))
 
   def evaluate(self, method, server_state, store) -> dict:
-    val = self._scores(method, server_state, store, 'val')
-    test = self._scores(method, server_state, store, 'test')
+    val = metrics.summarize_sampled(
+        self._scores(method, server_state, store, 'val'))
+    test_scores = self._scores(method, server_state, store, 'test')
+    test = metrics.summarize_sampled(test_scores)
     return {
         'val_hr@10': val['hr@10'], 'val_ndcg@10': val['ndcg@10'],
         'test_hr@10': test['hr@10'], 'test_ndcg@10': test['ndcg@10'],
         'test_auc': test['auc'],
+        'test_per_tier': self._per_tier(test_scores),
     }
+
+  def _per_tier(self, scores) -> dict:
+    """{tier name: {'hr@10', 'ndcg@10', 'users'}} of the tiers that have
+    users ({} without the run's tiers)."""
+    per_tier = {}
+    if self.user_tiers is None:
+      return per_tier
+    for tier, name in enumerate(tiers.TIER_NAMES):
+      users = np.flatnonzero(self.user_tiers == tier)
+      if users.size:
+        result = metrics.summarize_sampled(scores[users], ks=(10,))
+        per_tier[name] = {'hr@10': result['hr@10'],
+                          'ndcg@10': result['ndcg@10'],
+                          'users': int(users.size)}
+    return per_tier
 
   def test_metrics(self, users, score_items) -> dict:
     """HR@10 / NDCG@10 of the test split for `users`, each scored by
@@ -160,7 +181,7 @@ class LeaveOneOut(protocol.Protocol):
         },
         'test': {
             'hr@10': best['test_hr@10'], 'ndcg@10': best['test_ndcg@10'],
-            'auc': best['test_auc'],
+            'auc': best['test_auc'], 'per_tier': best['test_per_tier'],
         },
         'final_round_test': {
             'hr@10': evaluated[-1]['test_hr@10'],
@@ -183,6 +204,9 @@ class LeaveOneOut(protocol.Protocol):
         ('test HR@10 / NDCG@10 at best round',
          f'{test["hr@10"]:.4f} / {test["ndcg@10"]:.4f}'),
         ('test AUC at best round', f'{test["auc"]:.4f}'),
+        *[(f'  {name} ({tier["users"]} users)',
+           f'{tier["hr@10"]:.4f} / {tier["ndcg@10"]:.4f}')
+          for name, tier in test['per_tier'].items()],
     ]
 
 

@@ -74,18 +74,61 @@ def test_sample_round_gives_each_user_its_positives_and_four_negatives():
 
 
 def test_summary_reports_test_metrics_at_the_best_validation_round():
+  per_tier = lambda hr: {'small': {'hr@10': hr, 'ndcg@10': 0.0,
+                                   'users': 6}}
   rows = [
       {'round': 0, 'train_loss': 1.0},
       {'round': 1, 'val_hr@10': 0.4, 'val_ndcg@10': 0.2, 'test_hr@10': 0.3,
-       'test_ndcg@10': 0.1, 'test_auc': 0.6},
+       'test_ndcg@10': 0.1, 'test_auc': 0.6, 'test_per_tier': per_tier(0.3)},
       {'round': 2, 'val_hr@10': 0.3, 'val_ndcg@10': 0.1, 'test_hr@10': 0.5,
-       'test_ndcg@10': 0.3, 'test_auc': 0.7},
+       'test_ndcg@10': 0.3, 'test_auc': 0.7, 'test_per_tier': per_tier(0.5)},
   ]
   summary = leave_one_out.LeaveOneOut(
       _data(), clients_per_round=2).summary(rows)
   assert summary['best_round'] == 2  # 1-based: the row of round 1.
-  assert summary['test'] == {'hr@10': 0.3, 'ndcg@10': 0.1, 'auc': 0.6}
+  assert summary['test'] == {'hr@10': 0.3, 'ndcg@10': 0.1, 'auc': 0.6,
+                             'per_tier': per_tier(0.3)}
   assert summary['final_round_test'] == {'hr@10': 0.5, 'ndcg@10': 0.3}
+
+
+class _RankAt:
+  """A method whose users rank their held-out item at given ranks: the
+  positive (candidate 0) scores below `rank - 1` of the negatives."""
+
+  def __init__(self, ranks):
+    self._ranks = np.asarray(ranks)
+
+  def score(self, server_state, store, examples):
+    del server_state, store
+    users, items = examples.users, examples.items
+    scores = -np.tile(np.arange(items.shape[1], dtype=np.float32),
+                      [users.size, 1])
+    scores[:, 0] = -(self._ranks[users] - 1) - 0.5
+    return scores
+
+
+def test_evaluation_reports_every_tier_of_users():
+  data = _data()  # 6 users, 5 evaluation negatives: 6 candidates each.
+  # Ranks 1..6; HR@10 is 1 for everyone, NDCG@10 1 / log2(rank + 1).
+  ranks = np.array([1, 2, 3, 4, 5, 6])
+  user_tiers = np.array([0, 0, 2, 2, 2, 0])
+  protocol = leave_one_out.LeaveOneOut(
+      data, clients_per_round=2, user_tiers=user_tiers)
+
+  got = protocol.evaluate(_RankAt(ranks), None, None)
+
+  ndcg = 1.0 / np.log2(ranks + 1)
+  assert got['test_ndcg@10'] == pytest.approx(ndcg.mean())
+  assert got['test_per_tier'] == {
+      'small': {'hr@10': 1.0, 'ndcg@10': pytest.approx(ndcg[[0, 1, 5]].mean()),
+                'users': 3},
+      'large': {'hr@10': 1.0, 'ndcg@10': pytest.approx(ndcg[[2, 3, 4]].mean()),
+                'users': 3},
+  }
+  # Without the run's tiers there is nothing per tier.
+  untiered = leave_one_out.LeaveOneOut(data, clients_per_round=2).evaluate(
+      _RankAt(ranks), None, None)
+  assert untiered['test_per_tier'] == {}
 
 
 def test_too_many_clients_per_round_are_refused():

@@ -127,7 +127,8 @@ class RandomSplit(protocol.Protocol):
   def evaluate(self, method, server_state, store) -> dict:
     return {'test': tiered_ranking_metrics(
         self.data, self.user_tiers,
-        lambda tier, users, *_: method.score(server_state, store, users),
+        lambda tier, users, *_: method.score(
+            server_state, store, method_lib.CandidateItems(users)),
     )}
 
   def test_metrics(self, users, score_items) -> dict:

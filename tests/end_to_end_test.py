@@ -157,7 +157,7 @@ def _assert_same_results(reference_dir, resumed_dir):
     actual = json.load(f)
   assert actual['rounds_completed'] == 4
   assert actual['best_round'] == expected['best_round']
-  assert actual['test'] == pytest.approx(expected['test'], abs=1e-6)
+  program_test_utils.assert_figures_close(actual['test'], expected['test'])
   expected_rows = _read_metrics(reference_dir)
   actual_rows = _read_metrics(resumed_dir)
   assert [r['round'] for r in actual_rows] == ['0', '1', '2', '3']

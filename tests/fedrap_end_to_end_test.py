@@ -83,7 +83,7 @@ def test_a_stopped_run_resumes_to_the_uninterrupted_result(tmp_path):
   expected, actual = _summary(whole), _summary(parts)
   assert actual['rounds_completed'] == 4
   assert actual['best_round'] == expected['best_round']
-  assert actual['test'] == pytest.approx(expected['test'], abs=1e-6)
+  program_test_utils.assert_figures_close(actual['test'], expected['test'])
   assert actual['client_state_bytes_per_user'] == (
       expected['client_state_bytes_per_user'])
   for want, got in zip(_metrics(whole), _metrics(parts), strict=True):

@@ -7,7 +7,6 @@ from absl import flags
 from tff_fedrec.algorithms.fedras import exchange as fedras_exchange
 from tff_fedrec.algorithms.local_items import exchanges
 from tff_fedrec.programs.flag_groups import group
-from tff_fedrec.programs.flag_groups import tiered
 
 # --exchange value -> the exchange's name in registry entries.
 _SCHEMES = {'broadcast': 'broadcast', 'fedras': 'fedras', 'topk': 'top_k',
@@ -135,9 +134,6 @@ def check(entry) -> None:
     _refuse((ALPHA, COMPRESSION_RATE_RANGE, TIER_COMPRESSION_RATES),
             'applies to fedras only (the baselines give every client one '
             'rate, FedRAS Sec. 5.1).')
-  if not TIER_COMPRESSION_RATES.value:
-    _refuse((tiered.TIER_RATIO,), 'sets tiers here only for '
-            '--tier_compression_rates.')
   if scheme == 'broadcast':
     _refuse(_COMPRESSION, 'needs a compressed exchange (--exchange=fedras, '
             'topk, svd or colr).')

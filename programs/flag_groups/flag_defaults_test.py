@@ -127,6 +127,12 @@ def test_given_training_flags_reach_the_configuration(method, args, field,
   assert getattr(_arguments(method, *args)['training'], field) == expected
 
 
-def test_help_shows_every_group():
-  shown = set(training_program._HELP_ORDER)
-  assert shown == set(training_program.GROUPS)
+def test_help_shows_every_group_once_the_common_ones_first():
+  text = training_program.help_text()
+  positions = {
+      name: text.index(f'[{name}; ') for name in training_program.GROUPS}
+  assert all(text.count(f'[{name}; ') == 1 for name in positions)
+  common = [positions[name] for name in training_program.COMMON_GROUPS]
+  assert max(common) < min(
+      position for name, position in positions.items()
+      if name not in training_program.COMMON_GROUPS)

@@ -1,9 +1,23 @@
-"""Flags of the two protocols (groups `leave_one_out` and `random_split`;
-a run takes its method's protocol's)."""
+"""The protocols a run can take: their flags (groups `leave_one_out` and
+`random_split`; a run takes its method's protocol's) and how each splits
+the data and is built from the flags (`PROTOCOLS`, keyed by the registry
+entries' protocol names), so the program names no protocol.
+
+Example:
+  >>> protocol = PROTOCOLS[entry.protocol]
+  >>> data = protocol.split(data_config, interactions)
+  >>> protocol.build(data, user_tiers)
+"""
+
+import dataclasses
+from typing import Callable
 
 from absl import flags
 
+from tff_fedrec.algorithms import registry
 from tff_fedrec.programs.flag_groups import group
+from tff_fedrec.programs.flag_groups import run as run_flags
+from tff_fedrec.tasks import datasets
 from tff_fedrec.tasks import leave_one_out
 from tff_fedrec.tasks import random_split
 
@@ -25,6 +39,51 @@ TRAINING_NEGATIVES = flags.DEFINE_enum(
     'per positive every round it is selected; once draws them once for the '
     'run (as the first author\'s public FedRec code does).',
 )
+
+@dataclasses.dataclass(frozen=True)
+class ProtocolFromFlags:
+  """How a run's protocol is made from the flags.
+
+  Attributes:
+    split: (data config, interactions) -> the split data.
+    build: (split data, user tiers) -> the `tasks.protocol.Protocol`.
+  """
+
+  split: Callable
+  build: Callable
+
+
+def _leave_one_out(data, user_tiers) -> leave_one_out.LeaveOneOut:
+  return leave_one_out.LeaveOneOut(
+      data,
+      clients_per_round=(run_flags.clients_per_round(data.num_users)
+                         or data.num_users),
+      negatives_per_positive=run_flags.NEGATIVES.value,
+      negative_pool=NEGATIVE_POOL.value, user_tiers=user_tiers,
+      seed=run_flags.SEED.value,
+  )
+
+
+def _random_split(data, user_tiers) -> random_split.RandomSplit:
+  return random_split.RandomSplit(
+      data, user_tiers=user_tiers,
+      clients_per_round=run_flags.clients_per_round(data.num_users),
+      negatives_per_positive=run_flags.NEGATIVES.value,
+      training_negatives=TRAINING_NEGATIVES.value, seed=run_flags.SEED.value,
+  )
+
+
+PROTOCOLS = {
+    registry.LEAVE_ONE_OUT: ProtocolFromFlags(
+        split=lambda config, interactions: datasets.split_leave_one_out(
+            config, interactions,
+            num_eval_negatives=EVAL_NEGATIVES.value),
+        build=_leave_one_out,
+    ),
+    registry.RANDOM_SPLIT: ProtocolFromFlags(
+        split=datasets.split_random, build=_random_split,
+    ),
+}
 
 GROUPS = (
     group.FlagGroup(

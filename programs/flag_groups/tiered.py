@@ -1,19 +1,13 @@
-"""Flags of tiers and of HeteFedRec's models and training rule (groups
-`tiers`, `tier_models`, `hetefedrec`)."""
+"""Flags of HeteFedRec's tiered models and training rule (groups
+`tier_models`, `hetefedrec`); the users' tiers themselves are every run's
+(`tiers`)."""
 
 from absl import flags
 
-from tff_fedrec import tiers
 from tff_fedrec.programs.flag_groups import group
 from tff_fedrec.programs.flag_groups import run
 from tff_fedrec.programs.flag_groups import training
 
-TIER_RATIO = flags.DEFINE_list(
-    'tier_ratio', ['5', '3', '2'],
-    'small:medium:large shares of users by training data size (HeteFedRec '
-    'Table VI: 5,3,2 / 1,1,1 / 2,3,5); also FedRAS\'s tiers for '
-    '--tier_compression_rates.',
-)
 TIER_WIDTHS = flags.DEFINE_list(
     'tier_widths', ['8', '16', '32'],
     'Tiered methods: item-embedding sizes N_s,N_m,N_l (Table VII: 2,4,8 / '
@@ -81,15 +75,6 @@ DISTILLATION_LR = flags.DEFINE_float(
     'distillation_learning_rate', 0.001,
     'Gradient step of the distillation loss (Eq. 17).',
 )
-
-
-def tier_policy() -> tiers.ByInteractions:
-  """The tiers of --tier_ratio."""
-  ratio = group.int_list('tier_ratio', TIER_RATIO.value)
-  try:
-    return tiers.ByInteractions(ratio)
-  except ValueError as error:
-    raise group.FlagError(f'--tier_ratio: {error}') from None
 
 
 def _widths() -> tuple[int, ...]:
@@ -179,8 +164,6 @@ def _hetefedrec(context: group.BuildContext) -> dict:
 
 
 GROUPS = (
-    group.FlagGroup('tiers', 'the tiers of users', (TIER_RATIO,),
-                    check=lambda entry: tier_policy()),
     group.FlagGroup(
         'tier_models', 'the tiered models\' sizes',
         (TIER_WIDTHS, NEIGHBOR_GRADIENT), _tier_models, _check_tier_models,

@@ -8,18 +8,22 @@ program-side driver of one round, bound to the users it trains
   store = method.initial_store()
   state = method.process.initialize()
   result = method.run_round(state, store, RoundInput(...))   # each round
-  scores = method.score(result.server_state, store, users, candidates)
+  scores = method.score(result.server_state, store, examples)
 
-and the protocol (`tasks/`) turns scores into metrics. A method reports
-every round's figures as `RoundResult.metrics` (train loss, bytes sent each
-way, method diagnostics: floats, one history row each) and adds its own
-fields to the run's summary (`summary_fields`).
+and the protocol (`tasks/`) chooses the evaluation examples and turns the
+scores into its metrics: a ranking protocol's examples are each user's
+candidate items (`CandidateItems`), a click-through protocol's feature
+rows. A method reports every round's figures as `RoundResult.metrics`
+(train loss, bytes sent each way, method diagnostics: floats, one history
+row each), adds its own fields to the run's summary (`summary_fields`) and
+its rows to the printed results (`results_rows`).
 
 Example (the loop's view of any method):
   >>> method = registry.get('pfedrec').build(data=run_data, seed=0, ...)
   >>> store, state = method.initial_store(), method.process.initialize()
   >>> result = method.run_round(state, store, round_input)
-  >>> method.score(result.server_state, store, np.arange(3), candidates)
+  >>> method.score(result.server_state, store,
+  ...              CandidateItems(np.arange(3), candidates))
 """
 
 import abc
@@ -43,8 +47,11 @@ class RunData:
     num_items: I.
     train_offsets: int64 [U + 1], CSR offsets of each user's training items.
     train_items: int [nnz], their item indices.
-    user_tiers: int32 [U] (0 small, 1 medium, 2 large: `tiers`), or None
-      when the method takes no tiers.
+    user_tiers: int32 [U], each user's tier (0 small, 1 medium, 2 large:
+      `tiers`): the run's assignment, given to every method (HeteFedRec
+      sizes models by it, FedRAS can set bandwidths by it, the protocols
+      report per tier); None puts every user in one tier, and a method
+      that needs tiers refuses it.
   """
 
   num_users: int
@@ -84,6 +91,21 @@ class RoundInput:
   user_data: Sequence[collections.OrderedDict]
   examples: Any
   seed: int
+
+
+@dataclasses.dataclass(frozen=True)
+class CandidateItems:
+  """A ranking protocol's evaluation examples: items each user's own model
+  scores.
+
+  Attributes:
+    users: int [U], the users.
+    items: int [U, C], each user's candidates, or None for every item (a
+      full ranking, scores [U, I]).
+  """
+
+  users: np.ndarray
+  items: Optional[np.ndarray] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,16 +166,22 @@ class Method(abc.ABC):
     `store`."""
 
   @abc.abstractmethod
-  def score(self, server_state, store, users: np.ndarray,
-            candidates: Optional[np.ndarray] = None) -> np.ndarray:
-    """Logits of each user's own model: [len(users), C] for `candidates`
-    [len(users), C], or [len(users), I] for every item if None."""
+  def score(self, server_state, store, examples) -> np.ndarray:
+    """The scores (logits) of each user's own model for a protocol's
+    evaluation examples: for `CandidateItems`, [U, C] for its items [U, C]
+    or [U, I] for every item."""
 
   def summary_fields(self, server_state, store, history: list) -> dict:
     """The method's fields of the run's summary, from its state and the
     history (one dict per round, `RoundResult.metrics` included)."""
     del server_state, store, history
     return {}
+
+  def results_rows(self, summary: dict) -> list[tuple[str, str]]:
+    """(name, value) rows of the method's figures in the printed results,
+    read from the run's summary (its `summary_fields`)."""
+    del summary
+    return []
 
   def config_summary(self) -> dict:
     """What was built (its hyperparameters), for the summary's config."""
@@ -208,6 +236,21 @@ def bytes_summary(history: list, store) -> dict:
       'measured_compression_rate': rates,
       'client_state_bytes_per_user': store.bytes_per_user(),
   }
+
+
+def bytes_rows(summary: dict) -> list[tuple[str, str]]:
+  """The results rows of `bytes_summary`'s fields."""
+  rows = [('client state per user',
+           f'{summary["client_state_bytes_per_user"] / 1024:.1f} KiB')]
+  sent = summary['bytes_per_round']
+  rate = summary['measured_compression_rate']
+  line = f'{sent["upload"] / 1e6:.3f} / {sent["download"] / 1e6:.3f} MB'
+  if rate.get('uplink') or rate.get('downlink'):
+    line += (f'; measured compression {rate["uplink"]:.4f} / '
+             f'{rate["downlink"]:.4f} (downlink per message '
+             f'{rate["downlink_per_message"]:.4f})')
+  rows.append(('bytes per round up / down (median)', line))
+  return rows
 
 
 def downlink_summary(history: list) -> dict:

@@ -27,12 +27,13 @@ LEAVE_ONE_OUT = 'leave_one_out'
 RANDOM_SPLIT = 'random_split'
 
 # Groups of the local-SGD methods of PFedRec's paper, FedRAS's, and the
-# tiered ones of HeteFedRec's; `user_embedding` for those with one.
+# tiered ones of HeteFedRec's; `user_embedding` for those with one. Every
+# method takes the run's common groups too (the users' tiers among them).
 _LOCAL_SGD = ('training', 'local_sgd', 'embedding')
-_TIERED = ('training', 'user_embedding', 'tiers', 'tier_models',
-           'score_layers', 'base_model')
-# Any exchange; FedRAS's tiers of bandwidth need the users' tiers.
-_EXCHANGE = ('exchange', 'tiers')
+_TIERED = ('training', 'user_embedding', 'tier_models', 'score_layers',
+           'base_model')
+# Any exchange.
+_EXCHANGE = ('exchange',)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,8 +95,7 @@ def _fedras(name, function, exchange, **options):
   return MethodEntry(
       name, f'{_ALGORITHMS}.fedras.methods:{function}', LEAVE_ONE_OUT,
       _LOCAL_SGD + ('user_embedding', 'score_layers', 'base_model',
-                    'exchange')
-      + (('tiers',) if exchange == 'fedras' else ()),
+                    'exchange'),
       _FEDRAS, exchange=exchange, **options,
   )
 

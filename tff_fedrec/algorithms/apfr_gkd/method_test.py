@@ -201,7 +201,8 @@ def test_own_model_matches_the_replay():
 
   # Scores: users 0 and 1 with their own models, user 2 (never selected)
   # with the served model (the teacher) and its initial p.
-  scores = built.score(state, store, np.arange(_NUM_USERS))
+  scores = built.score(state, store, method.CandidateItems(
+      np.arange(_NUM_USERS)))
   for user, model in ((0, own[0]), (1, own[1]), (2, teacher)):
     np.testing.assert_allclose(
         scores[user], _logits(model, users[user], np.arange(_NUM_ITEMS)),
@@ -219,7 +220,8 @@ def test_own_model_matches_the_replay():
 def test_download_scores_a_user_never_selected_with_the_global_model():
   built = _build('download')
   store, state = _train(built)
-  scores = built.score(state, store, np.array([2, 1]))
+  scores = built.score(state, store, method.CandidateItems(
+      np.array([2, 1])))
   served = _as_model(state['global_parameters'])
   initial_user = np.array(built.initial_parameters['user_embedding'])
   np.testing.assert_allclose(

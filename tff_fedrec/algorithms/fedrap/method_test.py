@@ -93,8 +93,8 @@ def test_a_round_is_each_user_alone_and_the_mean_of_their_copies():
   np.testing.assert_allclose(table, np.mean([a[1] for a in alone], axis=0),
                              rtol=1e-5, atol=1e-5)
   candidates = np.tile(np.arange(_NUM_ITEMS), [_NUM_USERS, 1])
-  scores = built.score(result.server_state, store, np.arange(_NUM_USERS),
-                       candidates)
+  scores = built.score(result.server_state, store, method.CandidateItems(
+      np.arange(_NUM_USERS), candidates))
   for user, (personal, _, (kernel, bias)) in enumerate(alone):
     np.testing.assert_allclose(
         scores[user], (personal + table) @ kernel[:, 0] + bias[0],
@@ -118,7 +118,8 @@ def test_two_rounds_do_not_depend_on_the_grouping():
                               users_per_client=users_per_client).server_state
     results.append((
         np.asarray(state['global_parameters']['item_embedding']),
-        built.score(state, store, np.arange(_NUM_USERS)),
+        built.score(state, store,
+                    method.CandidateItems(np.arange(_NUM_USERS))),
     ))
   np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-5,
                              atol=1e-6)

@@ -226,9 +226,10 @@ class TieredMethod(method.Method):
         tf.constant(np.diff(train_offsets)),
     ).numpy()
 
-  def score(self, server_state, store, users, candidates=None):
-    """Each user's own model over every item (or `candidates`)."""
-    users = np.asarray(users)
+  def score(self, server_state, store, examples: method.CandidateItems):
+    """Each user's own model over every item (or the candidates)."""
+    users = np.asarray(examples.users)
+    candidates = examples.items
     scores = np.empty([users.size, self.data.num_items], np.float32)
     for tier in np.unique(self.data_tier[users]):
       rows = np.flatnonzero(self.data_tier[users] == tier)
@@ -337,6 +338,18 @@ class TieredMethod(method.Method):
     return (f'tiers {"/".join(str(n) for n in sizes)} users, widths '
             f'{"/".join(str(w) for w in self.spec.widths)}, model tier of '
             f'each data tier {self.model_tier}.')
+
+  def results_rows(self, summary):
+    rows = [
+        (f'  {name} client per round',
+         f'{sent["download"] / 1024:.1f} KiB down, '
+         f'{sent["upload"] / 1024:.1f} KiB up')
+        for name, sent in summary['bytes_per_client'].items()
+    ]
+    if summary['singular_value_variance_large'] is not None:
+      rows.append(('singular-value variance of V_l (Table V)',
+                   f'{summary["singular_value_variance_large"]:.4g}'))
+    return rows
 
   def summary_fields(self, server_state, store, history):
     per_client = self.bytes_per_client()

@@ -88,7 +88,7 @@ def test_scores_are_each_users_own_model_over_every_item():
   with execution.worker_execution_context():
     state = method.process.initialize()
   users = np.array([4, 0, 2])
-  scores = method.score(state, store, users)
+  scores = method.score(state, store, method_lib.CandidateItems(users))
   params = state['global_parameters']
   for row, user in enumerate(users):
     vector = store.stacked_local_parameters(np.array([user]))['user'][:, :2]
@@ -97,5 +97,6 @@ def test_scores_are_each_users_own_model_over_every_item():
     np.testing.assert_allclose(scores[row], want[0], rtol=1e-6)
   candidates = np.array([[3, 1], [0, 9], [2, 2]])
   np.testing.assert_array_equal(
-      method.score(state, store, users, candidates),
+      method.score(state, store,
+                   method_lib.CandidateItems(users, candidates)),
       np.take_along_axis(scores, candidates, axis=1))

@@ -148,8 +148,9 @@ class ItemTableMethod(method.Method):
     del local, global_params
     return None
 
-  def score(self, server_state, store, users, candidates=None):
-    users = np.asarray(users)
+  def score(self, server_state, store, examples: method.CandidateItems):
+    users = np.asarray(examples.users)
+    candidates = examples.items
     if candidates is None:
       candidates = np.broadcast_to(
           np.arange(self.spec.num_items), [users.size, self.spec.num_items]
@@ -166,6 +167,9 @@ class ItemTableMethod(method.Method):
     del server_state
     return {**method.bytes_summary(history, store),
             **method.downlink_summary(history)}
+
+  def results_rows(self, summary):
+    return method.bytes_rows(summary)
 
   def on_device_tiers(self) -> list[str]:
     return [SINGLE_TIER]

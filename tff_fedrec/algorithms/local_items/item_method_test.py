@@ -106,7 +106,8 @@ def test_untrained_rows_are_scored_with_the_table_the_user_started_from():
                                 training=_TRAINING)
   store, state, tables = _train(built, _ROUNDS, items)
 
-  got = built.score(state, store, np.arange(_NUM_USERS), _all_items())
+  got = built.score(state, store, method.CandidateItems(
+      np.arange(_NUM_USERS), _all_items()))
 
   expected = _reference_scores(
       store, [tables[_LAST_START[u]] for u in range(_NUM_USERS)])
@@ -131,7 +132,8 @@ def test_the_aggregated_option_scores_untrained_rows_with_the_latest_table():
   )
   store, state, tables = _train(built, _ROUNDS, items)
 
-  got = built.score(state, store, np.arange(_NUM_USERS), _all_items())
+  got = built.score(state, store, method.CandidateItems(
+      np.arange(_NUM_USERS), _all_items()))
 
   np.testing.assert_allclose(
       got, _reference_scores(store, [tables[-1]] * _NUM_USERS),
@@ -149,7 +151,8 @@ def test_under_a_compressed_exchange_the_user_s_own_copy_is_its_start_table():
   copies = store.stacked_local_parameters(
       np.arange(_NUM_USERS))['item_copy']
 
-  got = built.score(state, store, np.arange(_NUM_USERS), _all_items())
+  got = built.score(state, store, method.CandidateItems(
+      np.arange(_NUM_USERS), _all_items()))
 
   np.testing.assert_allclose(got, _reference_scores(store, copies),
                              rtol=1e-5, atol=1e-5)
