@@ -6,8 +6,10 @@ from absl import flags
 from tff_fedrec.algorithms import registry
 from tff_fedrec.programs.flag_groups import group
 
-METHOD = flags.DEFINE_enum(
-    'method', None, list(registry.METHODS), 'Federated method to train.'
+METHOD = flags.DEFINE_string(
+    'method', None,
+    'Federated method to train: a name of the method registry '
+    f'({", ".join(registry.METHODS)}, or one a program registered).'
 )
 ROUNDS = flags.DEFINE_integer('rounds', 100, 'Communication rounds.')
 CLIENTS_PER_ROUND = flags.DEFINE_integer(

@@ -200,10 +200,12 @@ class Method(abc.ABC):
     """The global model of `tier` (one of `on_device_tiers`)."""
     raise ValueError(f'This method has no global model for tier {tier!r}.')
 
-  @abc.abstractmethod
   def on_device_user_model(self, server_state, store,
                            user: int) -> OnDeviceModel:
     """User `user`'s own model, everything baked in, as it is scored."""
+    del server_state, store
+    raise ValueError(f'This method exports no model of user {user} for a '
+                     'phone.')
 
 
 def bytes_summary(history: list, store) -> dict:

@@ -9,7 +9,7 @@ takes (`programs/flag_groups`). Every builder takes the keyword arguments
 
 and those its flag groups give (see each builder). Adding a method is its
 module or package, one entry here and, if it has flags of its own, one
-flag group.
+flag group. A method of the caller's own joins with `register`.
 
 Example:
   >>> entry = get('pfedrec')
@@ -156,6 +156,19 @@ _ENTRIES = (
 METHODS = {entry.name: entry for entry in _ENTRIES}
 
 
+def register(entry: MethodEntry) -> None:
+  """Adds a method the registry does not ship (a package of the caller's,
+  a test's), which the training program then trains like any other:
+  `--method=<entry.name>` once the registering module is imported.
+
+  Raises:
+    ValueError: for a name already registered.
+  """
+  if entry.name in METHODS:
+    raise ValueError(f'A method named {entry.name!r} is already registered.')
+  METHODS[entry.name] = entry
+
+
 def get(name: str) -> MethodEntry:
   """The entry registered as `name`; ValueError naming the known methods."""
   try:
@@ -173,7 +186,7 @@ def base_method(name: str) -> Optional[str]:
   entry = get(name)
   if not entry.arguments:
     return None
-  for other in _ENTRIES:
+  for other in METHODS.values():
     if other.builder == entry.builder and not other.arguments:
       return other.name
   return None
@@ -182,5 +195,5 @@ def base_method(name: str) -> Optional[str]:
 def methods_taking(group: str) -> list[str]:
   """The names of the methods that take flag group `group` (one of their
   entries' groups, or their protocol's)."""
-  return [e.name for e in _ENTRIES
+  return [e.name for e in METHODS.values()
           if group in e.flag_groups or group == e.protocol]
