@@ -1,18 +1,20 @@
 """One user's recommender as a `tf.Module` with the serving signatures a phone
-app calls, built from plain numpy parameters.
+app calls, built from the architecture's TF Recommenders model.
 
-The module computes exactly the training side's logits: it calls
-`tff_fedrec.models.logits_from_vectors`, which dispatches to
-`tff_fedrec.scoring` (PFedRec Eq. 6 before the sigmoid for 'score_function',
-FedMF's <p_u, q_j> for 'matrix_factorization', the NCF MLP on [p_u ; q_j] for
-'neural_cf'). Which method maps to which architecture:
+The module's signatures are those of a `tff_fedrec.models.RecommenderModel`
+(the Keras / `tfrs.Model` form of the architecture), whose math is
+`tff_fedrec.models.logits_from_vectors`, the function the clients train with
+(PFedRec Eq. 6 before the sigmoid for 'score_function', FedMF's <p_u, q_j>
+for 'matrix_factorization', the NCF MLP on [p_u ; q_j] for 'neural_cf'). Which
+method maps to which architecture:
 
 - PFedRec: 'score_function' with the user's personal score layers and
   personal item table, no user vector.
 - FedMF: 'matrix_factorization', no score layers.
-- FedNCF and HeteFedRec's tier models: 'neural_cf' on [u ; v]. For
-  Fed-LightGCN the caller passes the propagated user vector u'
-  (`tff_fedrec.hetero_models.user_representation`), not u.
+- FedNCF and HeteFedRec's tier models: 'neural_cf' on [u ; v] (the tiers'
+  with the first layer split, as HeteFedRec trains them). For Fed-LightGCN
+  the caller passes the propagated user vector u'
+  (`hetefedrec.models.user_representation`), not u.
 
 When the architecture needs a user vector and none is baked in (a HeteFedRec
 tier's global model, whose user embeddings stay private on the phones), both
@@ -31,14 +33,13 @@ Signatures (inputs -> outputs):
 Item ids must lie in [0, I); TF and the TFLite interpreter (the bounds
 checks of GATHER and SCATTER_ND) raise on others.
 
-`top_k` asks for the best K + E items and drops the excluded ones, instead
-of masking excluded scores with -inf: an infinite value would give the score
-tensor an infinite quantization range, on which the full-integer converter
-of TF 2.14 fails ('illegal scale: INF', then a segmentation fault). Equal
-scores come out lower id first (`tf.math.top_k`).
+`top_k` is `RecommenderModel.top_k`: the best K + E items with the excluded
+ones dropped, never -inf scores (TF 2.14's full-integer converter fails on
+an infinite quantization range: 'illegal scale: INF', then a segmentation
+fault). Equal scores come out lower id first (`tf.math.top_k`).
 
-Parameters are `tf.Variable`s, which the TFLite converter freezes into the
-model. With a baked-in user vector every score of `top_k` is a function of
+Parameters are the model's `tf.Variable`s, which the TFLite converter freezes
+into the model. With a baked-in user vector every score of `top_k` is a function of
 constants only, so the converter folds them into one constant [I] and the
 on-device `top_k` reduces to the top-K search.
 
@@ -79,12 +80,14 @@ def _checked_spec(
     architecture: str,
     item_embedding: np.ndarray,
     score_layers: Sequence[DenseLayer],
+    split_first_layer: bool = False,
 ) -> models.RecommenderSpec:
   """The `RecommenderSpec` the arrays describe; raises if their shapes do not
   chain into that architecture's score layers."""
   num_items, dim = item_embedding.shape
   hidden = tuple(np.shape(kernel)[-1] for kernel, _ in score_layers[:-1])
-  spec = models.RecommenderSpec(architecture, num_items, dim, hidden)
+  spec = models.RecommenderSpec(architecture, num_items, dim, hidden,
+                                split_first_layer=split_first_layer)
   shapes = tuple(
       (np.shape(kernel), np.shape(bias)) for kernel, bias in score_layers
   )
@@ -104,6 +107,7 @@ class OnDeviceRecommender(tf.Module):
   """The `score` and `top_k` signatures of one recommender (module docstring).
 
   Attributes:
+    model: Its `models.RecommenderModel`.
     score: `tf.function`, `score(item_ids[, user_embedding])` returns
       `{'scores': [C]}`.
     top_k: `tf.function`, `top_k(exclude_ids[, user_embedding])` returns
@@ -119,6 +123,7 @@ class OnDeviceRecommender(tf.Module):
       score_layers: Sequence[DenseLayer] = (),
       user_embedding: np.ndarray | None = None,
       *,
+      split_first_layer: bool = False,
       top_k: int = DEFAULT_TOP_K,
       name: str | None = None,
   ):
@@ -133,6 +138,8 @@ class OnDeviceRecommender(tf.Module):
       user_embedding: float32 [d] to bake in, or None: then
         'matrix_factorization' and 'neural_cf' take it as a signature input.
         Must be None for 'score_function'.
+      split_first_layer: 'neural_cf' computed as HeteFedRec's tiers are
+        (`models.RecommenderSpec.split_first_layer`).
       top_k: K of the `top_k` signature; I when I < K.
       name: Module name.
     """
@@ -145,36 +152,33 @@ class OnDeviceRecommender(tf.Module):
         )
         for kernel, bias in score_layers
     ]
-    self._spec = _checked_spec(architecture, item_embedding, score_layers)
+    spec = _checked_spec(architecture, item_embedding, score_layers,
+                         split_first_layer)
     num_items, dim = item_embedding.shape
+    params = collections.OrderedDict(item_embedding=item_embedding)
     if user_embedding is not None:
-      if not self._spec.has_user_embedding:
+      if not spec.has_user_embedding:
         raise ValueError(f'{architecture} has no user embedding.')
       user_embedding = _float32_array(user_embedding, 'user_embedding', 1)
       if user_embedding.shape != (dim,):
         raise ValueError(
             f'user_embedding must be [{dim}]; got {user_embedding.shape}.'
         )
+      params['user_embedding'] = user_embedding
+    if score_layers:
+      params['score_layers'] = [
+          collections.OrderedDict(kernel=kernel, bias=bias)
+          for kernel, bias in score_layers
+      ]
     if top_k < 1:
       raise ValueError(f'top_k must be positive; got {top_k}.')
     self.k = min(top_k, num_items)
-    self.takes_user_embedding = (
-        self._spec.has_user_embedding and user_embedding is None
+    self.model = models.RecommenderModel(
+        spec, params,
+        user_embedding=('input' if spec.has_user_embedding
+                        and user_embedding is None else 'own'),
     )
-
-    self._item_embedding = tf.Variable(item_embedding, name='item_embedding')
-    self._user_embedding = (
-        None
-        if user_embedding is None
-        else tf.Variable(user_embedding, name='user_embedding')
-    )
-    self._score_layers = [
-        collections.OrderedDict(
-            kernel=tf.Variable(kernel, name=f'kernel_{index}'),
-            bias=tf.Variable(bias, name=f'bias_{index}'),
-        )
-        for index, (kernel, bias) in enumerate(score_layers)
-    ]
+    self.takes_user_embedding = self.model.takes_user_embedding
 
     item_ids = tf.TensorSpec([None], tf.int32, name='item_ids')
     exclude_ids = tf.TensorSpec([None], tf.int32, name='exclude_ids')
@@ -186,11 +190,11 @@ class OnDeviceRecommender(tf.Module):
       )
     else:
       self.score = tf.function(
-          lambda item_ids: self._score(item_ids, self._user_embedding),
+          lambda item_ids: self._score(item_ids, None),
           input_signature=[item_ids],
       )
       self.top_k = tf.function(
-          lambda exclude_ids: self._top_k(exclude_ids, self._user_embedding),
+          lambda exclude_ids: self._top_k(exclude_ids, None),
           input_signature=[exclude_ids],
       )
 
@@ -201,6 +205,7 @@ class OnDeviceRecommender(tf.Module):
       params,
       *,
       bake_user_embedding: bool = True,
+      split_first_layer: bool = False,
       top_k: int = DEFAULT_TOP_K,
       name: str | None = None,
   ) -> 'OnDeviceRecommender':
@@ -214,6 +219,7 @@ class OnDeviceRecommender(tf.Module):
         returns them.
       bake_user_embedding: Bake `params['user_embedding']` in; if False,
         the signatures take `user_embedding` as input instead.
+      split_first_layer: As in the constructor.
       top_k: K of the `top_k` signature.
       name: Module name.
     """
@@ -223,6 +229,7 @@ class OnDeviceRecommender(tf.Module):
         params['item_embedding'],
         [(layer['kernel'], layer['bias']) for layer in layers],
         params.get('user_embedding') if bake_user_embedding else None,
+        split_first_layer=split_first_layer,
         top_k=top_k,
         name=name,
     )
@@ -235,30 +242,9 @@ class OnDeviceRecommender(tf.Module):
         TOP_K_SIGNATURE: self.top_k.get_concrete_function(),
     }
 
-  def _logits(self, item_vectors, user_embedding) -> tf.Tensor:
-    """Logits [C] of item vectors [C, d] for user_embedding [d] or None."""
-    params = collections.OrderedDict(
-        item_embedding=self._item_embedding,
-        user_embedding=user_embedding,
-        score_layers=self._score_layers,
-    )
-    return models.logits_from_vectors(self._spec, params, item_vectors)
-
   def _score(self, item_ids, user_embedding) -> dict[str, tf.Tensor]:
-    vectors = tf.gather(self._item_embedding, item_ids)
-    return {'scores': self._logits(vectors, user_embedding)}
+    return {'scores': self.model.score(item_ids, user_embedding)}
 
   def _top_k(self, exclude_ids, user_embedding) -> dict[str, tf.Tensor]:
-    num_items = self._spec.num_items
-    scores = self._logits(self._item_embedding, user_embedding)
-    # At most E of the best K + E items are excluded, so K others remain.
-    candidates = tf.minimum(self.k + tf.size(exclude_ids), num_items)
-    best_scores, best_ids = tf.math.top_k(scores, candidates)
-    times_excluded = tf.scatter_nd(
-        exclude_ids[:, None], tf.ones_like(exclude_ids), [num_items]
-    )
-    kept = tf.equal(tf.gather(times_excluded, best_ids), 0)
-    return {
-        'item_ids': tf.boolean_mask(best_ids, kept)[: self.k],
-        'scores': tf.boolean_mask(best_scores, kept)[: self.k],
-    }
+    item_ids, scores = self.model.top_k(exclude_ids, self.k, user_embedding)
+    return {'item_ids': item_ids, 'scores': scores}

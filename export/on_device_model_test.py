@@ -126,18 +126,20 @@ def test_tier_global_model_scores_like_hetero_score_all_items(base_model):
           spec, user, positives.sum(axis=0)[None], np.array([3])
       )
   )
-  module = on_device_model.OnDeviceRecommender(
-      'neural_cf', table, [(l['kernel'], l['bias']) for l in layers]
-  )
+  kernels = [(l['kernel'], l['bias']) for l in layers]
+  module = on_device_model.OnDeviceRecommender('neural_cf', table, kernels)
+  split = on_device_model.OnDeviceRecommender(
+      'neural_cf', table, kernels, split_first_layer=True)
 
+  trained = hetero_models.score_all_items(user, table, layers)[0]
   scores = module.score(tf.range(_NUM_ITEMS), tf.constant(user[0]))['scores']
+  split_scores = split.score(tf.range(_NUM_ITEMS),
+                             tf.constant(user[0]))['scores']
 
-  np.testing.assert_allclose(
-      scores,
-      hetero_models.score_all_items(user, table, layers)[0],
-      rtol=0,
-      atol=1e-6,
-  )
+  # The same function either way; with the first layer split, the function
+  # the tier trained with (`scoring.neural_cf_logits`), to float rounding.
+  np.testing.assert_allclose(scores, trained, rtol=0, atol=1e-6)
+  np.testing.assert_allclose(split_scores, trained, rtol=0, atol=1e-7)
 
 
 def test_signatures_are_named_score_and_top_k():

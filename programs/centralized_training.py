@@ -2,14 +2,17 @@
 `programs.centralized` (a reference point for the tiered methods).
 
 One Fed-NCF model (Eq. 5: FFN([u ; v]), N(0, s^2) embeddings, PyTorch-style
-uniform dense layers as in `hetero_models`) is trained on every user's
-training data pooled on one machine, with minibatch Adam on Eq. 2's binary
-cross-entropy. Negatives are redrawn every epoch from outside each user's
+uniform dense layers as in `hetefedrec.models`), the TF Recommenders form of
+the tiers' architecture with every user's embedding in a table
+(`models.RecommenderModel`), is trained on every user's training data
+pooled on one machine, with minibatch Adam on its `Ranking` task, Eq. 2's
+binary cross-entropy. Negatives are redrawn every epoch from outside each user's
 training items (`random_split.training_examples`), and every epoch is
 scored by the tiered methods' full ranking
 (`random_split.tiered_ranking_metrics`).
 """
 
+import collections
 from typing import Callable, Sequence
 
 import numpy as np
@@ -44,44 +47,36 @@ def train_centralized(
         f'{width}, {batch_size}.'
     )
   rng = np.random.default_rng(seed)
-  users = tf.Variable(
-      rng.normal(scale=init_scale, size=(data.num_users, width)).astype(
-          np.float32
-      )
+  users = rng.normal(scale=init_scale, size=(data.num_users, width))
+  items = rng.normal(scale=init_scale, size=(data.num_items, width))
+  spec = models.RecommenderSpec(
+      'neural_cf', data.num_items, width, tuple(hidden_units),
+      personal_score_layers=False, split_first_layer=True,
   )
-  items = tf.Variable(
-      rng.normal(scale=init_scale, size=(data.num_items, width)).astype(
-          np.float32
-      )
+  model = models.RecommenderModel(
+      spec,
+      collections.OrderedDict(
+          item_embedding=items.astype(np.float32),
+          user_embedding=users.astype(np.float32),
+          score_layers=models.initial_dense_layers(
+              rng, hetero_models.score_layer_shapes(width, hidden_units)),
+      ),
+      user_embedding='table',
   )
-  layers = [
-      {name: tf.Variable(value) for name, value in layer.items()}
-      for layer in models.initial_dense_layers(
-          rng, hetero_models.score_layer_shapes(width, hidden_units)
-      )
-  ]
-  variables = [users, items] + [v for layer in layers for v in layer.values()]
   optimizer = tf.keras.optimizers.Adam(learning_rate)
 
   @tf.function
   def step(user_ids, item_ids, labels):
     with tf.GradientTape() as tape:
-      logits = hetero_models.logits(
-          tf.gather(users, user_ids),
-          tf.gather(items, item_ids)[:, None, :],
-          layers,
-      )[:, 0]
-      loss = tf.reduce_mean(
-          tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
-      )
+      loss = model.compute_loss(
+          {'user_ids': user_ids, 'item_ids': item_ids, 'labels': labels})
+    variables = model.trainable_variables
     optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
     return loss
 
   def score_users(tier, tier_users, *_):
     del tier
-    return hetero_models.score_all_items(
-        tf.gather(users, tier_users), items, layers
-    ).numpy()
+    return model.score_users(tier_users).numpy()
 
   all_users = np.arange(data.num_users)
   history = []

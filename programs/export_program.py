@@ -158,7 +158,8 @@ def _logit_differences(model, reference, scorer) -> dict:
 
 def _export_model(prepared, model, output_dir, quantizations, report):
   module = on_device_model.OnDeviceRecommender.from_model_parameters(
-      model.architecture, model.params, top_k=_TOP_K.value
+      model.architecture, model.params,
+      split_first_layer=model.split_first_layer, top_k=_TOP_K.value,
   )
   reference = _Scorer(module=module)
   user_id = (None if model.user is None

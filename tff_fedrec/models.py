@@ -58,6 +58,9 @@ class RecommenderSpec:
     hidden_units: Hidden layer widths of the score function / NCF MLP.
     personal_score_layers: Keep the score layers on the client instead of
       aggregating them (dual personalization, PFedRec Sec. 4.2).
+    split_first_layer: 'neural_cf' only: compute the MLP's first layer as
+      a user part plus an item part (HeteFedRec's tiers and its
+      centralised reference, `scoring.neural_cf_logits`).
   """
 
   architecture: str
@@ -65,6 +68,7 @@ class RecommenderSpec:
   embedding_dim: int
   hidden_units: tuple[int, ...] = ()
   personal_score_layers: bool = True
+  split_first_layer: bool = False
 
   def __post_init__(self):
     if self.architecture not in ARCHITECTURES:
@@ -74,6 +78,8 @@ class RecommenderSpec:
       )
     if self.num_items < 1 or self.embedding_dim < 1:
       raise ValueError('num_items and embedding_dim must be positive.')
+    if self.split_first_layer and self.architecture != 'neural_cf':
+      raise ValueError('split_first_layer applies to neural_cf only.')
 
   @property
   def has_user_embedding(self) -> bool:
@@ -194,7 +200,8 @@ def logits_from_vectors(
         item_vectors, params['user_embedding']
     )
   return scoring.neural_cf_logits(
-      item_vectors, params['user_embedding'], layers
+      item_vectors, params['user_embedding'], layers,
+      split_first_layer=spec.split_first_layer,
   )
 
 
@@ -205,18 +212,47 @@ def logits(spec: RecommenderSpec, params: Any, items: tf.Tensor) -> tf.Tensor:
   )
 
 
+USER_EMBEDDINGS = ('own', 'input', 'table')
+
+
 class RecommenderModel(tfrs.Model):
-  """Keras / TF Recommenders form of one user's model.
+  """The Keras / TF Recommenders form of an architecture's model: what a
+  phone runs (`export.on_device_model` builds its signatures from it) and
+  what centralised training trains (`programs.centralized_training`).
 
   Holds the parameters as `tf.Variable`s and declares which are global and
-  which client-local (`global_variables`, `local_variables`). Training runs in
-  the algorithms' client work, not in `train_step` (under TFF the training loop
-  belongs to the client work); this class is what export and inference use.
+  which client-local (`global_variables`, `local_variables`), as
+  `RecommenderSpec` declares them. Its math is `logits_from_vectors`, the
+  function the clients train with, so training and the phone cannot
+  drift. Federated training itself runs in the algorithms' client work,
+  not in `train_step` (under TFF the loop belongs to the client work).
+
+  The user part, for architectures that have one (`user_embedding`):
+    'own'    one user's embedding [d], a variable (a user's own model);
+    'input'  none: the user vector [d] comes with every call (a tier's
+             global model, whose user part stays on the phone);
+    'table'  a table [U, d] of every user's embedding, read at
+             `user_ids` (centralised training).
+
+  Example:
+    >>> model = RecommenderModel(spec, params)  # a user's own model
+    >>> model.score(tf.constant([3, 1]))        # logits [2]
+    >>> model.top_k(tf.constant([1]), k=2)      # (ids [2], scores [2])
   """
 
-  def __init__(self, spec: RecommenderSpec, params: Parameters):
+  def __init__(self, spec: RecommenderSpec, params: Parameters, *,
+               user_embedding: str = 'own'):
+    """`params` as `initial_parameters` returns them (numpy); with
+    `user_embedding='table'` its `user_embedding` is [U, d]; with 'input'
+    it has none."""
     super().__init__()
+    if user_embedding not in USER_EMBEDDINGS:
+      raise ValueError(f'user_embedding must be one of {USER_EMBEDDINGS}; '
+                       f'got {user_embedding!r}.')
+    if not spec.has_user_embedding and user_embedding != 'own':
+      raise ValueError(f'{spec.architecture} has no user embedding.')
     self.spec = spec
+    self.user_embedding = user_embedding
     self._params = tf.nest.map_structure(
         lambda value: tf.Variable(value, trainable=True), params
     )
@@ -229,21 +265,82 @@ class RecommenderModel(tfrs.Model):
     return self._params
 
   @property
+  def takes_user_embedding(self) -> bool:
+    return self.spec.has_user_embedding and self.user_embedding == 'input'
+
+  def _keys(self, keys) -> list[tf.Variable]:
+    return tf.nest.flatten([self._params[k] for k in keys if k in self._params])
+
+  @property
   def global_variables(self) -> list[tf.Variable]:
-    return tf.nest.flatten(
-        [self._params[k] for k in self.spec.global_keys]
-    )
+    return self._keys(self.spec.global_keys)
 
   @property
   def local_variables(self) -> list[tf.Variable]:
-    return tf.nest.flatten([self._params[k] for k in self.spec.local_keys])
+    return self._keys(self.spec.local_keys)
 
-  def call(self, items: tf.Tensor) -> tf.Tensor:
-    """Logits [C] for item ids [C]."""
-    return logits(self.spec, self._params, items)
+  def logits_of_vectors(self, item_vectors, user_vector=None) -> tf.Tensor:
+    """Logits [..., C] of item vectors [..., C, d] for the user vector
+    [..., d] (the model's own, or the one given with 'input' / 'table')."""
+    params = dict(self._params)
+    if user_vector is not None:
+      params['user_embedding'] = user_vector
+    return logits_from_vectors(self.spec, params, item_vectors)
+
+  def score(self, item_ids, user_vector=None) -> tf.Tensor:
+    """Logits [C] of items [C] (`user_vector` [d] with 'input')."""
+    return self.logits_of_vectors(
+        tf.gather(self._params['item_embedding'], item_ids), user_vector)
+
+  def top_k(self, exclude_ids, k: int, user_vector=None):
+    """(item ids [K], logits [K]): the K best items of all I, best first
+    (equal scores: lower id first, `tf.math.top_k`), never one of
+    `exclude_ids` [E]; fewer when fewer are left.
+
+    It takes the best K + E and drops the excluded ones instead of masking
+    their scores with -inf: an infinite value gives the scores an infinite
+    quantization range, on which TF 2.14's full-integer TFLite converter
+    fails. `tfrs.layers.factorized_top_k` does not serve here: it retrieves
+    by the dot product of a query and candidate embeddings, which the MLP
+    scorers of PFedRec and NCF are not.
+    """
+    table = self._params['item_embedding']
+    num_items = self.spec.num_items
+    scores = self.logits_of_vectors(table, user_vector)
+    # At most E of the best K + E items are excluded, so K others remain.
+    candidates = tf.minimum(k + tf.size(exclude_ids), num_items)
+    best_scores, best_ids = tf.math.top_k(scores, candidates)
+    times_excluded = tf.scatter_nd(
+        exclude_ids[:, None], tf.ones_like(exclude_ids), [num_items]
+    )
+    kept = tf.equal(tf.gather(times_excluded, best_ids), 0)
+    return (tf.boolean_mask(best_ids, kept)[:k],
+            tf.boolean_mask(best_scores, kept)[:k])
+
+  def call(self, features) -> tf.Tensor:
+    """Logits [B] of `features['item_ids']` [B], for the model's own user,
+    `features['user_embedding']` [B, d] ('input') or the users
+    `features['user_ids']` [B] ('table')."""
+    vectors = tf.gather(self._params['item_embedding'], features['item_ids'])
+    if self.user_embedding == 'own':
+      return self.logits_of_vectors(vectors)
+    if self.user_embedding == 'input':
+      user_vector = features['user_embedding']
+    else:
+      user_vector = tf.gather(self._params['user_embedding'],
+                              features['user_ids'])
+    # Each example is one user's one candidate.
+    return self.logits_of_vectors(vectors[:, None, :], user_vector)[:, 0]
+
+  def score_users(self, user_ids) -> tf.Tensor:
+    """'table': every item's logits [U, I] for the users `user_ids` [U],
+    the item vectors shared [1, I, d], never copied per user (matrix
+    factorisation, or NCF with `split_first_layer`)."""
+    return self.logits_of_vectors(
+        self._params['item_embedding'][None],
+        tf.gather(self._params['user_embedding'], user_ids))
 
   def compute_loss(self, features, training: bool = False) -> tf.Tensor:
-    """Eq. (7), averaged over the batch: BCE of `features['labels']`."""
-    return self.task(
-        labels=features['labels'], predictions=self(features['items'])
-    )
+    """Eq. (7), averaged over the batch: the `Ranking` task's binary
+    cross-entropy of `features['labels']` [B] against `call`'s logits."""
+    return self.task(labels=features['labels'], predictions=self(features))

@@ -260,11 +260,13 @@ def test_model_call_equals_logits(architecture):
   model = models.RecommenderModel(spec, params)
   items = np.array([1, 4, 4, 0], np.int32)
 
-  got = model(tf.constant(items))
+  got = model({'item_ids': tf.constant(items)})
 
   np.testing.assert_allclose(
       got, models.logits(spec, params, tf.constant(items)), rtol=1e-6
   )
+  np.testing.assert_allclose(model.score(tf.constant(items)), got,
+                             rtol=1e-6)
   np.testing.assert_allclose(
       got, _numpy_logits(spec, params, items), rtol=1e-5, atol=1e-6
   )
@@ -279,7 +281,7 @@ def test_model_call_reads_its_variables():
   )
   model.parameters['item_embedding'].assign(new_items)
 
-  got = model(tf.constant([2]))
+  got = model({'item_ids': tf.constant([2])})
 
   # <p_u, q_2> with the assigned q_2 = [8, 9, 10, 11].
   expected = new_items[2] @ params['user_embedding']
@@ -297,7 +299,7 @@ def test_compute_loss_is_mean_binary_cross_entropy(architecture):
   labels = np.array([1.0, 0.0, 1.0, 0.0, 0.0], np.float32)
 
   loss = model.compute_loss(
-      {'items': tf.constant(items), 'labels': tf.constant(labels)}
+      {'item_ids': tf.constant(items), 'labels': tf.constant(labels)}
   )
 
   # Eq. (7) averaged over the batch:
@@ -305,3 +307,53 @@ def test_compute_loss_is_mean_binary_cross_entropy(architecture):
   probs = _sigmoid(_numpy_logits(spec, params, items).astype(np.float64))
   expected = -np.mean(labels * np.log(probs) + (1 - labels) * np.log(1 - probs))
   np.testing.assert_allclose(loss, expected, rtol=1e-4)
+
+
+@pytest.mark.parametrize('architecture', ['matrix_factorization', 'neural_cf'])
+def test_the_user_vector_as_an_input_and_from_a_table(architecture):
+  spec = _spec(architecture)
+  params = models.initial_parameters(spec, seed=9)
+  users = np.random.default_rng(9).normal(size=[3, _DIM]).astype(np.float32)
+  items = np.array([1, 4, 0], np.int32)
+  shared = collections.OrderedDict(
+      (k, v) for k, v in params.items() if k != 'user_embedding')
+  tier_model = models.RecommenderModel(spec, shared, user_embedding='input')
+  table_model = models.RecommenderModel(
+      spec, collections.OrderedDict(shared, user_embedding=users),
+      user_embedding='table')
+
+  got_input = tier_model({'item_ids': tf.constant(items),
+                          'user_embedding': tf.constant(users)})
+  got_table = table_model({'item_ids': tf.constant(items),
+                           'user_ids': tf.constant([0, 1, 2])})
+
+  # Example b is user b's logit of item b, by its own model.
+  want = [_numpy_logits(spec, collections.OrderedDict(
+      params, user_embedding=users[b]), items[b:b + 1])[0] for b in range(3)]
+  np.testing.assert_allclose(got_input, want, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(got_table, want, rtol=1e-5, atol=1e-6)
+  assert tier_model.takes_user_embedding
+  assert not table_model.takes_user_embedding
+  # The table is the client-local part, the rest global.
+  assert len(table_model.local_variables) == (
+      1 + (len(tf.nest.flatten(params['score_layers']))
+           if 'score_layers' in spec.local_keys else 0))
+  with pytest.raises(ValueError, match='no user embedding'):
+    models.RecommenderModel(_spec('score_function'), shared,
+                            user_embedding='input')
+
+
+@pytest.mark.parametrize('architecture', ['score_function', 'neural_cf'])
+def test_top_k_is_the_best_items_never_an_excluded_one(architecture):
+  spec = _spec(architecture)
+  params = models.initial_parameters(spec, seed=10)
+  model = models.RecommenderModel(spec, params)
+  scores = _numpy_logits(spec, params, np.arange(_NUM_ITEMS))
+  exclude = np.array([int(np.argmax(scores)), 2, 2], np.int32)
+
+  ids, got = model.top_k(tf.constant(exclude), k=3)
+
+  order = [i for i in np.argsort(-scores, kind='stable')
+           if i not in exclude][:3]
+  np.testing.assert_array_equal(ids, order)
+  np.testing.assert_allclose(got, scores[order], rtol=1e-5, atol=1e-6)

@@ -48,14 +48,38 @@ def matrix_factorization_logits(
 
 
 def neural_cf_logits(
-    item_vectors: tf.Tensor, user_embedding: tf.Tensor, mlp_layers: DenseLayers
+    item_vectors: tf.Tensor, user_embedding: tf.Tensor, mlp_layers: DenseLayers,
+    *, split_first_layer: bool = False,
 ) -> tf.Tensor:
   """FedNCF's MLP on [p_u ; q_j] (He et al. 2017, Perifanis & Efraimidis 2022).
 
   user_embedding [..., d] is repeated for each of the C items. Returns [..., C].
+
+  With `split_first_layer` (HeteFedRec's Eq. 5, `hetefedrec.models`), the
+  first layer, linear in [p_u ; q_j], is computed as a user part [..., 1,
+  h] plus an item part [..., C, h] added per pair: the same function
+  without the [..., C, 2d] concatenation, its own rounding; item vectors
+  may then be [C, d], the same C items for every user, and kernels [U,
+  f_in, f_out] with biases [U, f_out] give each user its own MLP.
   """
+  if split_first_layer:
+    return _split_first_layer_logits(item_vectors, user_embedding, mlp_layers)
   num_candidates = tf.shape(item_vectors)[-2]
   users = tf.repeat(
       tf.expand_dims(user_embedding, -2), num_candidates, axis=-2
   )
   return _apply_dense_layers(tf.concat([users, item_vectors], -1), mlp_layers)
+
+
+def _split_first_layer_logits(item_vectors, user_embedding, layers):
+  """`neural_cf_logits` with its first layer split (see there)."""
+  width = tf.shape(user_embedding)[-1]  # Not always static inside TFF.
+  kernel, bias = layers[0]
+  hidden = (
+      tf.matmul(user_embedding[..., None, :], kernel[..., :width, :])
+      + tf.matmul(item_vectors, kernel[..., width:, :])
+      + bias[..., None, :]
+  )
+  for kernel, bias in layers[1:]:
+    hidden = tf.matmul(tf.nn.relu(hidden), kernel) + bias[..., None, :]
+  return tf.squeeze(hidden, -1)

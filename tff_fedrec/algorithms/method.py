@@ -133,6 +133,8 @@ class OnDeviceModel:
     eval_users: The user indices its evaluation covers.
     eval_user_vectors: float32 [len(eval_users), d], their user vectors
       when the model takes one, else None.
+    split_first_layer: 'neural_cf' computed as HeteFedRec's tiers are
+      (`models.RecommenderSpec.split_first_layer`).
   """
 
   tier: str
@@ -141,6 +143,7 @@ class OnDeviceModel:
   params: collections.OrderedDict
   eval_users: np.ndarray
   eval_user_vectors: Optional[np.ndarray] = None
+  split_first_layer: bool = False
 
 
 class Method(abc.ABC):

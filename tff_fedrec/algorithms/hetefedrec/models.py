@@ -30,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from tff_fedrec import models
+from tff_fedrec import scoring
 
 NUM_TIERS = 3
 MODELS = ('ncf', 'lightgcn')
@@ -137,21 +138,15 @@ def logits(user, item_vectors, layers) -> tf.Tensor:
   (`scoring.neural_cf_logits`, the same function written with it).
   Kernels [f_in, f_out] and biases [f_out] are shared; kernels
   [U, f_in, f_out] and biases [U, f_out] give each of U users its own
-  model ('Standalone').
+  model ('Standalone'). The math is `scoring.neural_cf_logits` with
+  `split_first_layer`, the function a tier's model on a phone runs
+  (`models.RecommenderModel`).
   """
-  width = tf.shape(user)[-1]  # Not always static inside TFF.
-  first = layers[0]
-  hidden = (
-      tf.matmul(user[..., None, :], first['kernel'][..., :width, :])
-      + tf.matmul(item_vectors, first['kernel'][..., width:, :])
-      + first['bias'][..., None, :]
+  return scoring.neural_cf_logits(
+      item_vectors, user,
+      [(layer['kernel'], layer['bias']) for layer in layers],
+      split_first_layer=True,
   )
-  for layer in layers[1:]:
-    hidden = (
-        tf.matmul(tf.nn.relu(hidden), layer['kernel'])
-        + layer['bias'][..., None, :]
-    )
-  return tf.squeeze(hidden, -1)
 
 
 def score_all_items(user, table, layers) -> tf.Tensor:

@@ -271,6 +271,7 @@ class TieredMethod(method.Method):
       raise ValueError(f'No user of the run trains the {tier} model.')
     return method.OnDeviceModel(
         tier=tier, user=None, architecture='neural_cf',
+        split_first_layer=True,
         params=collections.OrderedDict(
             item_embedding=np.asarray(table),
             score_layers=tf.nest.map_structure(np.asarray, layers),
@@ -289,7 +290,7 @@ class TieredMethod(method.Method):
       layers = tf.nest.map_structure(lambda leaf: leaf[0], layers)
     return method.OnDeviceModel(
         tier=tiers.TIER_NAMES[self.model_tier[data_tier]], user=user,
-        architecture='neural_cf',
+        architecture='neural_cf', split_first_layer=True,
         params=collections.OrderedDict(
             item_embedding=np.asarray(table),
             score_layers=tf.nest.map_structure(np.asarray, layers),
