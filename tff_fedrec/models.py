@@ -191,7 +191,7 @@ def logits_from_vectors(
   """
   layers = [
       (layer['kernel'], layer['bias'])
-      for layer in params.get('score_layers', ())
+      for layer in (params['score_layers'] if spec.has_score_layers else ())
   ]
   if spec.architecture == 'score_function':
     return scoring.score_function_logits(item_vectors, layers)

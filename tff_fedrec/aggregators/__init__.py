@@ -1,1 +1,2 @@
-"""Aggregation factories (`tff.aggregators` style: one `create` each)."""
+"""Generic aggregation factories (`tff.aggregators` style: one `create`
+each); a paper's own lives in its package."""

@@ -1,12 +1,10 @@
 """One process with client state, composed from its four roles.
 
-Every stateful method of this project (PFedRec, FedMF, FedNCF, FedRAS and
-its baselines, HeteFedRec and its baselines, Standalone) is built here, as
-TFF's `learning.templates.composers.compose_learning_process` builds a
+Every stateful method of this project is built here, as TFF's `learning.templates.composers.compose_learning_process` builds a
 `LearningProcess`, from
 
   distributor   a `roles.Distributor`: what the server sends
-                (`distributors.Broadcast`, or a paper's own);
+                (`distributors.Broadcast`, or a method's own);
   client work   a `roles.ClientWork`: a `tff.tensorflow.computation`
                   client_update: (<B, L, D> -> <L', <update, weight, metrics>>)
                 that trains a group of users from what it received (B), their
@@ -16,7 +14,7 @@ TFF's `learning.templates.composers.compose_learning_process` builds a
                 `tff.aggregators` or `tff_fedrec.aggregators`) taking the
                 uploads' `update` and `weight`;
   finalizer     a `roles.Finalizer`: the server's step from the aggregate
-                (`finalizers.ApplyDelta`, an optimizer step, or a paper's
+                (`finalizers.ApplyDelta`, an optimizer step, or a method's
                 own).
 
 The roles are checked against each other first (`roles.check_roles`): a

@@ -11,9 +11,9 @@ A distributor plays `roles.Distributor`:
     server step after the finalizer; returns (new state, measurements),
     both SERVER-placed.
 
-`Broadcast` sends the global parameters as they are. A paper's own
-distributor lives in its package: FedRAS's compressed downlink
-(`fedras.downlink`), APFR-GKD's teacher broadcast (`apfr_gkd.global_buffer`).
+`Broadcast` sends the global parameters as they are. A method's own
+distributor (a compressed downlink, a teacher beside the model) lives in
+its package under `algorithms/`.
 """
 
 import collections

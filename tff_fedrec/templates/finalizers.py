@@ -7,17 +7,18 @@ A finalizer plays `roles.Finalizer`:
     global parameters, measurements).
 
   ApplyDelta        global + the aggregated delta, for every parameter the
-                    aggregate holds (FedAvg's server step at rate 1;
-                    PFedRec Algorithm 1 line 6).
+                    aggregate holds (FedAvg's server step at rate 1,
+                    McMahan et al. 2017).
   ServerAdam        an Adam step on the aggregated gradient, the moments
-                    kept as state (HeteFedRec Eq. 9, 15).
+                    kept as state (Kingma & Ba 2015, Algorithm 1).
   SubtractChanges   x <- x - the aggregated change (the clients took the
-                    steps; HeteFedRec Eq. 4 with local Adam).
+                    steps).
 
 They work on any nested structure of global parameters (`tf.nest`): an
 `OrderedDict` of named parameters, each a tensor or a nest of tensors.
-A paper's own server step lives in its package (HeteFedRec's RESKD,
-APFR-GKD's buffer of global models, FedRAS's trained rows replaced).
+A method's own server step (a distillation after the step, a buffer of
+global models, rows replaced rather than moved) lives in its package
+under `algorithms/`.
 
 Each builds its TF computation from the types of the values it is traced
 with, so a finalizer is made without types.
@@ -83,7 +84,7 @@ def add_delta(global_parameters, delta) -> collections.OrderedDict:
 class ApplyDelta:
   """new = global + aggregate, for the parameters the aggregate holds
   (`add_delta`): the aggregate maps some of the global parameters' names
-  to their deltas, e.g. <item_embedding, score_layers> of a mean over
+  to their deltas, e.g. <table, layers> of a mean over
   users, or nothing at all (a method whose clients share nothing)."""
 
   initial_state = _no_state

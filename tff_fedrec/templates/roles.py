@@ -6,8 +6,8 @@ this project from four roles, as TFF's `compose_learning_process` builds a
 
   Distributor   what the server sends each round, and what it keeps of
                 the round after the finalizer (`distributors.Broadcast`,
-                or a paper's own: FedRAS's compressed downlink, APFR-GKD's
-                teacher broadcast);
+                or a method's own: a compressed downlink, a teacher beside
+                the model);
   ClientWork    the clients' computation (<B, L, D> -> <L', U>), which
                 trains a group of users from what they received (B), their
                 client state (L) and data (D);
@@ -15,7 +15,7 @@ this project from four roles, as TFF's `compose_learning_process` builds a
                 made by a `tff.aggregators` factory (no role of its own);
   Finalizer     the server's step from the aggregate
                 (`finalizers.ApplyDelta`, `ServerAdam`, `SubtractChanges`,
-                or a paper's own).
+                or a method's own).
 
 Each is a `typing.Protocol`: any object with these members plays the
 role, and the composer checks them, and the types that flow between them,
@@ -26,9 +26,11 @@ Example (the client work of one `tff.tensorflow.computation`):
   >>> work.local_state_type, work.data_type, work.upload_type
 """
 
+import collections
 import dataclasses
 from typing import Protocol, runtime_checkable
 
+import tensorflow as tf
 import tensorflow_federated as tff
 
 
@@ -100,6 +102,23 @@ class _ClientWork:
   @property
   def upload_type(self) -> tff.Type:
     return self.client_update.type_signature.result[1]
+
+
+def upload(update, *, users, loss_sum, num_examples, **metrics):
+  """TF: a group's upload U = <update, weight, metrics> as the composer
+  takes it: the weight is the group's number of users (`users`, an int
+  or int tensor), its metrics the loss summed over the examples
+  (`loss_sum` [U] or a scalar), the examples (`num_examples` [U] or a
+  scalar) and any others (`metrics`, summed over the clients too)."""
+  return collections.OrderedDict(
+      update=update,
+      weight=tf.cast(users, tf.float32),
+      metrics=collections.OrderedDict(
+          loss_sum=tf.reduce_sum(loss_sum),
+          num_examples=tf.cast(tf.reduce_sum(num_examples), tf.float32),
+          **metrics,
+      ),
+  )
 
 
 def client_work(client_update: tff.Computation) -> ClientWork:

@@ -3,7 +3,7 @@
 Every process here is composed from a distributor (a broadcast by
 default), a toy client work whose users upload a given vector, a keyed
 aggregation and the finalizer under test, so a test of a finalizer or a
-distributor (generic, or a paper's) can write the expected server states
+distributor (generic, or a method's own) can write the expected server states
 out with numpy. Two TFF clients: one of two users, one of one user; each
 uploads its users' mean with weight U, so the aggregate is the mean over
 the three users, `MEAN`.

@@ -88,7 +88,7 @@ def run_round(
   """`process.next` as its two steps; returns (state, new locals in client
   order, metrics). `observe_uploads`, if given, is called with the clients'
   uploads (in client order) between the two steps: what each client sent,
-  for a program that studies it (FedRAS's information loss)."""
+  for a program that studies it (what a codec would lose of it, say)."""
   indices = [np.int32(i) for i in range(len(client_data))]
   new_locals, uploads, returned = process.indexed_client_step(
       server_state, list(local_states), list(client_data), indices

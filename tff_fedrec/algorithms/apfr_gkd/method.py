@@ -37,7 +37,7 @@ A round (Algorithm 1, the order of docs/methods/apfr_gkd.md):
       phase; the server averages, pushes, replaces (lines 12-15).
 
 Both phases are the process of `client_training.build_process`, with
-`distributors.TeacherBroadcast` and `finalizers.BufferedGlobalModel` (the
+`global_buffer.TeacherBroadcast` and `global_buffer.BufferedGlobalModel` (the
 buffer is server state, so checkpointed); Dual runs two processes of the
 same server state one after the other, two downloads and two uploads a
 round, both counted. Each user keeps p_i and, to be scored by, its own

@@ -2,7 +2,7 @@
 
 The replay below holds every client's model as a dense numpy table and
 trains it with plain eager TF on dense variables (no `models`, `scoring`
-or `local_training`), from the description of each reading:
+or `local_sgd`), from the description of each reading:
 
   own_model  a client starts from its own model (theta_0 until it first
              trains; then every row it ever trained, theta_0's rows for

@@ -148,13 +148,9 @@ def build_client_work(
         table, data['row_ids'], data['num_rows'], start,
         result.global_rows, result.round_row_scale,
     ))
-    metrics = collections.OrderedDict(
-        loss_sum=tf.reduce_sum(result.loss_sum),
-        num_examples=tf.cast(tf.reduce_sum(result.num_examples), tf.float32),
-    )
-    num_users = tf.shape(data['num_examples'])[0]
-    return new_state, collections.OrderedDict(
-        update=update, weight=tf.cast(num_users, tf.float32), metrics=metrics
+    return new_state, roles.upload(
+        update, users=tf.shape(data['num_examples'])[0],
+        loss_sum=result.loss_sum, num_examples=result.num_examples,
     )
 
   return roles.client_work(client_update)

@@ -69,7 +69,7 @@ def encode_actions(
   omitting the per-row group indices from the overhead ("their contribution
   ... is negligible. Thus, we omit this term"). So the bandwidth is spent
   on float rows only: e_u rows of d floats, plus one index per sent row
-  that is not charged against it. `gradient_compression.encoded_bytes`
+  that is not charged against it. `compression.encoded_bytes`
   does count those indices; a client whose e_u is the C_e that
   `pick_parameter('fedras', ...)` chose for the whole table sends at most
   the bytes of the server's message at that rate, since it indexes no more

@@ -5,7 +5,7 @@ server compresses it for the download into groups whose centroids are the
 shared actions (Sec. 4.2), choosing the number of groups each round:
 
 1. Bounds. From the expected group count C_e (set by the target
-   compression rate; `gradient_compression.pick_parameter('fedras', ...)`)
+   compression rate; `compression.pick_parameter('fedras', ...)`)
    and the fluctuation factor alpha, C_i = C_e (1 - alpha) and
    C_m = C_e (1 + alpha), each rounded to the nearest integer (halves up).
    The paper's default alpha is 0.2 (Sec. 5.1); alpha = 0 gives plain

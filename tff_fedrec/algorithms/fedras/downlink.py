@@ -74,7 +74,7 @@ class CompressedDownlink:
   encoder=the codec's state>: round r's message sits in slot r mod H. Each
   round the server encodes the item aggregate's `update` [N, d] (or, with
   `replaces`, the new item table itself: FedRAS-E) with `codec`
-  (`aggregators.downlink_codecs`) and keeps it; clients receive
+  (`downlink_codecs`) and keeps it; clients receive
   B = <global_parameters, round_num, downlink> and apply the messages they
   missed to their copies (`catch_up`). Measurements: the codec's summary.
   The aggregate's `item_embedding` is the clustered actions'

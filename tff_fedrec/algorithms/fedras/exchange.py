@@ -92,7 +92,7 @@ class FedRASOptions:
       tier (`RunData.user_tiers`); exclusive with the range.
     catch_up_rounds: H, how many rounds of messages the server keeps.
     resync_when_cheaper: A returning client downloads the table when its
-      missed messages would cost more (`distributors.catch_up`); not in
+      missed messages would cost more (`downlink.catch_up`); not in
       Algorithm 1, off by default.
     num_iterations: Lloyd steps of every k-means.
   """

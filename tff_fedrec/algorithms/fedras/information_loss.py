@@ -21,7 +21,7 @@ both sides do not dilute it. `LossPair.relative` adds the
 scale-free ||Q_c - Q||^2 / ||Q||^2, since the absolute MSE scales with the
 item learning rate.
 
-The functions take the codecs of `aggregators.row_codecs` and
+The functions take the codecs of `row_codecs` and
 `algorithms.downlink_codecs`; pure TensorFlow, graph-safe.
 """
 
@@ -74,7 +74,7 @@ def normalize(
 
   'participation': each item's sum over the users that sent it (Sec. 4.4);
   'clients': over all num_users users of the round (FedAvg), as
-  `aggregators.clustered_actions` aggregates.
+  `clustered_actions` aggregates.
   """
   if normalization not in NORMALIZATIONS:
     raise ValueError(

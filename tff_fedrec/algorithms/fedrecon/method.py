@@ -11,7 +11,7 @@ build_fed_recon`'s `LearningProcess`, fed one `tf.data.Dataset` per client
 unweighted average of PFedRec's Algorithm 1, line 6).
 
 Evaluation reconstructs every user's p_u the same way on its training
-examples (`tff_fedrec.reconstruction`) and scores with the result. With
+examples (`reconstruction`) and scores with the result. With
 dual personalization (PFedRec Table 3) each user also keeps the item rows its
 post-reconstruction step fine-tuned (`reconstruction.fine_tune_item_rows`)
 and scores with them; the federated training itself is unchanged, as FedRecon

@@ -106,7 +106,7 @@ class HeteroConfig:
       sweeps 0.5 to 2.0 (Fig. 8) without naming its choice.
     distillation_items: |V_kd| of Eq. 16; 0 turns RESKD off.
     distillation_learning_rate: Step of Eq. 17's loss, Adam-like: every
-      distilled coordinate moves by this much (`distillation`, step_rule
+      distilled coordinate moves by this much (`reskd`, step_rule
       'adam').
     aggregation: 'padded' (Eq. 8) or 'clustered' (each tier alone).
     user_optimizer: How a client moves its private u_i: 'sgd' is Eq. 3,
@@ -216,12 +216,7 @@ def client_data_type() -> collections.OrderedDict:
   return collections.OrderedDict(
       tier=tff.TensorType(np.int32),
       include=tff.TensorType(np.float32),
-      row_ids=tff.TensorType(np.int32, [None, None]),
-      num_rows=tff.TensorType(np.int32, [None]),
-      items=tff.TensorType(np.int32, [None, None]),
-      labels=tff.TensorType(np.float32, [None, None]),
-      num_examples=tff.TensorType(np.int32, [None]),
-      seeds=tff.TensorType(np.int64, [None, 2]),
+      **compact_tables.data_type(),
       validation=tff.TensorType(np.float32, [None, None]),
   )
 

@@ -54,6 +54,7 @@ import tensorflow_federated as tff
 
 from tff_fedrec import models
 from tff_fedrec.aggregators import keyed
+from tff_fedrec.algorithms.local_items import compact_tables
 from tff_fedrec.algorithms.local_items import local_sgd
 from tff_fedrec.templates import composer
 from tff_fedrec.templates import roles
@@ -199,14 +200,7 @@ def client_data_type(exchange, client_round: ClientRound = DownloadRound(),
   """D: the data of one TFF client's group of U users (`compact_tables`),
   with the exchange's per-user fields (bandwidth e_u) and the client
   round's."""
-  data_type = collections.OrderedDict(
-      row_ids=tff.TensorType(np.int32, [None, None]),
-      num_rows=tff.TensorType(np.int32, [None]),
-      items=tff.TensorType(np.int32, [None, None]),
-      labels=tff.TensorType(np.float32, [None, None]),
-      num_examples=tff.TensorType(np.int32, [None]),
-      seeds=tff.TensorType(np.int64, [None, 2]),
-  )
+  data_type = compact_tables.data_type()
   data_type.update(exchange.data_type_fields())
   data_type.update(client_round.data_fields(embedding_dim))
   return data_type
@@ -335,13 +329,9 @@ def build_client_work(
         personal_item_ids=personal_ids,
         personal_item_rows=personal_rows,
     )
-    metrics = collections.OrderedDict(
-        loss_sum=tf.reduce_sum(result.loss_sum),
-        num_examples=tf.cast(tf.reduce_sum(result.num_examples), tf.float32),
-        **exchange_metrics,
-    )
-    return new_state, collections.OrderedDict(
-        update=update, weight=tf.cast(num_users, tf.float32), metrics=metrics
+    return new_state, roles.upload(
+        update, users=num_users, loss_sum=result.loss_sum,
+        num_examples=result.num_examples, **exchange_metrics,
     )
 
   return roles.client_work(client_update)

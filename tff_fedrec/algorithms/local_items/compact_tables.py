@@ -29,8 +29,21 @@ import collections
 from collections.abc import Sequence
 
 import numpy as np
+import tensorflow_federated as tff
 
 from tff_fedrec.templates import user_groups
+
+
+def data_type() -> collections.OrderedDict:
+  """The TFF types of `group_client_data`'s fields."""
+  return collections.OrderedDict(
+      row_ids=tff.TensorType(np.int32, [None, None]),
+      num_rows=tff.TensorType(np.int32, [None]),
+      items=tff.TensorType(np.int32, [None, None]),
+      labels=tff.TensorType(np.float32, [None, None]),
+      num_examples=tff.TensorType(np.int32, [None]),
+      seeds=tff.TensorType(np.int64, [None, 2]),
+  )
 
 
 def group_client_data(
