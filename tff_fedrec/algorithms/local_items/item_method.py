@@ -229,18 +229,23 @@ class LocalItemMethod(ItemTableMethod):
         self.num_users, self.initial_client_state)
 
   @property
+  def scores_untrained_rows_from_round_start(self) -> bool:
+    """Whether a user's rows it did not fine-tune are scored by the table
+    it started its last round from (it keeps trained rows and
+    `untrained_item_rows='round_start'`), rather than the global one."""
+    return (self.client_round.keeps_trained_rows
+            and self.training.untrained_item_rows == 'round_start')
+
+  @property
   def records_start_tables(self) -> bool:
     """Whether the store records the table each user starts its round
-    from, to score the rows it did not fine-tune (they keep trained rows,
-    `untrained_item_rows='round_start'`, and the exchange keeps no copy of
-    the table on the clients)."""
-    return (self.client_round.keeps_trained_rows
-            and self.training.untrained_item_rows == 'round_start'
+    from: the round-start rows score, and the exchange keeps no copy of
+    the table on the clients."""
+    return (self.scores_untrained_rows_from_round_start
             and not self.exchange.keeps_table_on_clients)
 
   def _start_vectors(self, store, users, items, global_table):
-    if (self.client_round.keeps_trained_rows
-        and self.training.untrained_item_rows == 'round_start'
+    if (self.scores_untrained_rows_from_round_start
         and self.exchange.keeps_table_on_clients):
       return self.exchange.client_table_vectors(
           store.stacked_local_parameters(users), items)
