@@ -30,6 +30,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Iterator, Optional
 
@@ -410,6 +411,30 @@ def quiet_disposal_errors_hook(previous):
   return hook
 
 
+def quiet_disposal_errors_at_exit_hook(previous):
+  """A `sys.excepthook` that drops gRPC errors of finalizers run at exit.
+
+  `weakref` runs the finalizers still pending at exit itself and reports
+  their errors through `sys.excepthook`, not `sys.unraisablehook`. TFF's
+  remote values dispose of themselves in batches from such finalizers, so a
+  value still referenced when the run ends (an interrupted round's frames
+  hold some) calls a worker that `worker_execution_context` has stopped, and
+  Python prints that call's traceback after the run's last message (CI,
+  issue 40). Only errors raised from `weakref`'s exit function are dropped:
+  a gRPC error that ends the program is still printed.
+  """
+
+  def hook(exc_type, exc_value, exc_traceback):
+    outermost = exc_traceback.tb_frame.f_code if exc_traceback else None
+    if (isinstance(exc_value, grpc.RpcError)
+        and outermost is weakref.finalize._exitfunc.__code__):
+      return
+    previous(exc_type, exc_value, exc_traceback)
+
+  hook.drops_disposal_errors_at_exit = True
+  return hook
+
+
 @contextlib.contextmanager
 def _default_context_watched(
     context, check: Callable[[], Optional[str]], poll_seconds: float
@@ -447,6 +472,10 @@ def _default_context_watched(
   signal.signal(signal.SIGUSR1, _raise_worker_died)
   previous_hook = sys.unraisablehook
   sys.unraisablehook = quiet_disposal_errors_hook(previous_hook)
+  if not getattr(sys.excepthook, 'drops_disposal_errors_at_exit', False):
+    # For the rest of the process: a stopped worker's values are disposed
+    # of at exit after clean runs too.
+    sys.excepthook = quiet_disposal_errors_at_exit_hook(sys.excepthook)
   exited_cleanly = False
   watchdog = threading.Thread(target=_watch, daemon=True)
   context_stack = tff.framework.get_context_stack()

@@ -69,9 +69,20 @@ def test_next_is_the_client_step_then_the_server_step():
     assert state == pytest.approx(29.0)
     assert metrics == pytest.approx(28.0)
     np.testing.assert_allclose(new_locals, _EXPECTED_LOCALS)
+    # One executor: run_round is `next`, one computation.
+    assert not two_phase.context_splits_clients()
     again = two_phase.run_round(_PROCESS, np.float32(1.0), _LOCALS, _DATA)
-  assert again[0] == pytest.approx(29.0)
-  np.testing.assert_allclose(again[1], _EXPECTED_LOCALS)
+    # Asked for the uploads, it runs the two steps and shows them in order.
+    observed = []
+    stepped = two_phase.run_round(
+        _PROCESS, np.float32(1.0), _LOCALS, _DATA,
+        observe_uploads=observed.extend,
+    )
+  for result in (again, stepped):
+    assert result[0] == pytest.approx(29.0)
+    assert result[2] == pytest.approx(28.0)
+    np.testing.assert_allclose(result[1], _EXPECTED_LOCALS)
+  np.testing.assert_allclose([u['value'] for u in observed], _DATA)
 
 
 def test_two_workers_give_every_client_its_own_result():
@@ -79,6 +90,7 @@ def test_two_workers_give_every_client_its_own_result():
   try:
     addresses = [f'127.0.0.1:{port}' for _, port in workers]
     with execution.remote_workers_context(addresses):
+      assert two_phase.context_splits_clients()
       for _ in range(3):
         state, new_locals, metrics = two_phase.run_round(
             _PROCESS, np.float32(1.0), _LOCALS, _DATA

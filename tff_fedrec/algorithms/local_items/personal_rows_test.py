@@ -173,8 +173,8 @@ def test_put_local_parameters_is_the_inverse_of_stacked_local_parameters():
 
 
 def test_item_vectors_follow_later_puts_and_loads():
-  # item_vectors keeps an index of the personal rows; every put and
-  # load_arrays must be visible to the next call.
+  # Every put and load_arrays is visible to the next call (an earlier
+  # version cached an index of the rows).
   store = _filled_store()
   item_embedding = _global_item_embedding()
   users = np.array([1])
@@ -216,6 +216,19 @@ def test_item_vectors_for_a_subset_of_users_in_any_order():
       [item_embedding[4], [100.0 + 1, -1.0]],
   ])
   np.testing.assert_array_equal(got, expected)
+
+
+def test_a_duplicated_personal_id_is_read_from_its_first_row():
+  store = personal_rows.PersonalRowsStore(_NUM_USERS, _initial_state())
+  state = _state(1, [4, 2, 4])
+  state['personal_item_rows'][2] = [-9.0, -9.0]
+  store.put([1], [state])
+
+  got = store.item_vectors(
+      np.array([1]), np.array([[4, 2, 0]]), _global_item_embedding())
+
+  np.testing.assert_array_equal(
+      got[0], [[204.0, -4.0], [202.0, -2.0], _global_item_embedding()[0]])
 
 
 def test_item_vectors_without_personal_rows_are_global_rows():
