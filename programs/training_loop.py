@@ -49,20 +49,22 @@ class LoopConfig:
     checkpoint_every: Save program state every this many rounds (and after
       the last one); a killed run resumes from the last save.
     users_per_client: Users one TFF client simulates (`user_groups`).
+    cohort_size: At most this many users train at once (`cohorts`); None:
+      all of a round's users.
   """
 
   rounds: int
   eval_every: int = 1
   checkpoint_every: int = 1
   users_per_client: int = 1
+  cohort_size: Optional[int] = None
 
   def __post_init__(self):
     for name in ('rounds', 'eval_every', 'checkpoint_every',
-                 'users_per_client'):
-      if getattr(self, name) < 1:
-        raise ValueError(
-            f'{name} must be at least 1; got {getattr(self, name)}.'
-        )
+                 'users_per_client', 'cohort_size'):
+      value = getattr(self, name)
+      if value is not None and value < 1:
+        raise ValueError(f'{name} must be at least 1; got {value}.')
 
 
 class TrainingDivergedError(ValueError):
@@ -253,6 +255,7 @@ class TrainingRun:
     result = self.method.run_round(
         self.server_state, self.store, round_input,
         users_per_client=self._config.users_per_client,
+        cohort_size=self._config.cohort_size,
     )
     raise_if_diverged(
         round_num, result.metrics['train_loss'], result.server_state,

@@ -204,6 +204,7 @@ def prepare_run(*, log: Callable[[str], None] = print,
       eval_every=run_flags.EVAL_EVERY.value or protocol.default_eval_every,
       checkpoint_every=run_flags.CHECKPOINT_EVERY.value,
       users_per_client=run_flags.USERS_PER_TFF_CLIENT.value,
+      cohort_size=run_flags.COHORT_SIZE.value,
   )
   summary_fields = {
       'method': entry.name,

@@ -28,6 +28,16 @@ USERS_PER_TFF_CLIENT = flags.DEFINE_integer(
     'user_groups). Results do not depend on it; larger groups share TFF\'s '
     'per-client cost. 1 = one TFF client per user. fedrecon always uses 1.',
 )
+COHORT_SIZE = flags.DEFINE_integer(
+    'cohort_size', 256,
+    'Train at most this many users at once (rounded down to whole TFF '
+    'clients of --users_per_tff_client users): a round runs as cohorts whose '
+    'uploads are merged as each finishes (tff_fedrec.templates.cohorts), so '
+    'memory follows this, not the users per round. Results agree with one '
+    'cohort to float rounding. A size of at least the round\'s users trains '
+    'them all in one computation. Ignored on remote workers, whose context '
+    'splits the clients itself.',
+)
 NEGATIVES = flags.DEFINE_integer(
     'num_negatives', 4, 'Training negatives per positive.'
 )
@@ -87,7 +97,8 @@ def _check(entry) -> None:
         f'{MAX_SEED}.'
     )
   group.require_positive(ROUNDS, USERS_PER_TFF_CLIENT, CHECKPOINT_EVERY,
-                         EVAL_EVERY, NEGATIVES, CLIENTS_PER_ROUND)
+                         EVAL_EVERY, NEGATIVES, CLIENTS_PER_ROUND,
+                         COHORT_SIZE)
   group.require_at_most(NEGATIVES, MAX_NEGATIVES,
                         'each round holds positives x negatives examples; '
                         'the papers use 4')
@@ -108,7 +119,7 @@ GROUPS = (
     group.FlagGroup(
         'run', 'the run',
         (METHOD, ROUNDS, CLIENTS_PER_ROUND, CLIENT_FRACTION,
-         USERS_PER_TFF_CLIENT, NEGATIVES, SEED, ROOT_DIR, EVAL_EVERY,
+         USERS_PER_TFF_CLIENT, COHORT_SIZE, NEGATIVES, SEED, ROOT_DIR, EVAL_EVERY,
          CHECKPOINT_EVERY, MAX_WORKER_RESTARTS),
         check=_check,
     ),

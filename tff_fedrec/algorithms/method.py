@@ -163,9 +163,11 @@ class Method(abc.ABC):
   def run_round(
       self, server_state, store: client_state_store.ClientStateStore,
       round_input: RoundInput, *, users_per_client: int = 1,
+      cohort_size: Optional[int] = None,
   ) -> RoundResult:
     """One round for `round_input.users`, `users_per_client` of them per
-    TFF client (`templates.user_groups`); their new states go to
+    TFF client (`templates.user_groups`), at most `cohort_size` of them at
+    once (`templates.cohorts`; None: all); their new states go to
     `store`."""
 
   @abc.abstractmethod

@@ -82,11 +82,13 @@ class PopularityBias(method.Method):
   def initial_store(self):
     return client_state_store.ClientStateStore(self.num_users, np.float32(0))
 
-  def run_round(self, server_state, store, round_input, *, users_per_client=1):
+  def run_round(self, server_state, store, round_input, *, users_per_client=1,
+                cohort_size=None):
     rows = [d['items'][:, None] for d in round_input.user_data]
     state, metrics = user_groups.run_round(
         self.process, server_state, store, round_input.users,
         sizes=[len(r) for r in rows], users_per_group=users_per_client,
+        cohort_size=cohort_size,
         make_group_data=lambda p: collections.OrderedDict(
             features=user_groups.pad_rows([rows[i] for i in p], np.int32),
             labels=user_groups.pad_rows(

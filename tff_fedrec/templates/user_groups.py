@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from tff_fedrec.templates import cohorts as cohorts_lib
 from tff_fedrec.templates import two_phase
 
 
@@ -69,6 +70,7 @@ def run_round(
     users_per_group: int,
     keys=None,
     observe_uploads=None,
+    cohort_size=None,
 ):
   """One round (`two_phase.run_round`) over the round's users, U per TFF
   client, their client state read from and written back to `store`.
@@ -85,12 +87,26 @@ def run_round(
     keys: int [n] or None; a group's users share a key (`group_positions`).
     observe_uploads: None, or called with [(group's positions, its client
       data, its upload)] of the round, before the server step.
+    cohort_size: None, or at most this many users (a multiple of
+      `users_per_group`, at least one group) are trained at once: the
+      round runs in cohorts (`cohorts`), each cohort's data made when its
+      turn comes and its new states stored as it finishes. Ignored where
+      the round must run as two steps (`observe_uploads`, or a context that
+      spreads clients over executors).
 
   Returns:
     (server_state, the round's metrics).
   """
   users = np.asarray(users)
   groups = group_positions(sizes, users_per_group, keys)
+  groups_per_cohort = (
+      len(groups) if cohort_size is None
+      else max(1, cohort_size // users_per_group)
+  )
+  if (groups_per_cohort < len(groups) and observe_uploads is None
+      and not two_phase.context_splits_clients()):
+    return _run_in_cohorts(process, server_state, store, users, groups,
+                           make_group_data, groups_per_cohort)
   group_data = [make_group_data(positions) for positions in groups]
   group_states = [
       store.stacked_local_parameters(users[positions]) for positions in groups
@@ -105,3 +121,25 @@ def run_round(
   for positions, data, state in zip(groups, group_data, group_states):
     store.put_group(users[positions], state, data)
   return server_state, metrics
+
+
+def _run_in_cohorts(process, server_state, store, users, groups,
+                    make_group_data, groups_per_cohort):
+  cohorts = [groups[start : start + groups_per_cohort]
+             for start in range(0, len(groups), groups_per_cohort)]
+  data_of_cohort = {}
+
+  def inputs():
+    for index, cohort in enumerate(cohorts):
+      data = [make_group_data(positions) for positions in cohort]
+      data_of_cohort[index] = data
+      yield ([store.stacked_local_parameters(users[positions])
+              for positions in cohort], data)
+
+  def put_results(index, group_states):
+    data = data_of_cohort.pop(index)
+    for positions, group_data, state in zip(cohorts[index], data,
+                                            group_states):
+      store.put_group(users[positions], state, group_data)
+
+  return cohorts_lib.run_round(process, server_state, inputs(), put_results)

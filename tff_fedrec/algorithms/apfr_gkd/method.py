@@ -169,16 +169,17 @@ class APFRGKDMethod(item_method.LocalItemMethod):
         self.spec, local, global_params)
 
   def run_round(self, server_state, store, round_input, *,
-                users_per_client: int = 1) -> method.RoundResult:
+                users_per_client: int = 1,
+                cohort_size: Optional[int] = None) -> method.RoundResult:
     figures = {}
     if self.dual_process is not None:
       server_state, figures = self.run_exchange(
           self.dual_process, server_state, store, round_input,
-          users_per_client=users_per_client,
+          users_per_client=users_per_client, cohort_size=cohort_size,
       )
     server_state, kd_figures = self.run_exchange(
         self.process, server_state, store, round_input,
-        users_per_client=users_per_client,
+        users_per_client=users_per_client, cohort_size=cohort_size,
     )
     if self.student_start == 'latest_aggregate':
       # The teacher is a second model beside the one trained from. (Under

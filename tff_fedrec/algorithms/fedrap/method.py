@@ -26,6 +26,7 @@ Example:
 """
 
 import dataclasses
+from typing import Optional
 
 import numpy as np
 import tensorflow_federated as tff
@@ -87,7 +88,8 @@ class FedRAPMethod(item_method.ItemTableMethod):
     return store.table_vectors(users, items) + table[items]
 
   def run_round(self, server_state, store, round_input, *,
-                users_per_client: int = 1) -> method.RoundResult:
+                users_per_client: int = 1,
+                cohort_size: Optional[int] = None) -> method.RoundResult:
     users = np.asarray(round_input.users)
 
     def group_data(positions):
@@ -103,6 +105,7 @@ class FedRAPMethod(item_method.ItemTableMethod):
         self.process, server_state, store, users,
         sizes=[len(d['items']) for d in round_input.user_data],
         make_group_data=group_data, users_per_group=users_per_client,
+        cohort_size=cohort_size,
     )
     table_bytes = exchanges.parameter_bytes(
         self.initial_parameters, ['item_embedding']

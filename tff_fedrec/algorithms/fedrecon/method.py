@@ -136,14 +136,15 @@ class ReconstructionMethod(item_method.ItemTableMethod):
     )
 
   def run_round(self, server_state, store, round_input, *,
-                users_per_client: int = 1) -> method.RoundResult:
+                users_per_client: int = 1,
+                cohort_size: Optional[int] = None) -> method.RoundResult:
     """One round of `process.next`; afterwards the store holds every user's
     reconstructed embedding for evaluation.
 
     TFF's FedRecon takes one dataset per client, so `users_per_client` is
     ignored: every user is its own TFF client.
     """
-    del users_per_client
+    del users_per_client, cohort_size
     examples = round_input.examples
     datasets = [
         tf.data.Dataset.from_tensor_slices(

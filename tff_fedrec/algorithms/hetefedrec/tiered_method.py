@@ -36,6 +36,7 @@ Example:
 import collections
 import dataclasses
 import statistics
+from typing import Optional
 
 import numpy as np
 import tensorflow as tf
@@ -135,7 +136,8 @@ class TieredMethod(method.Method):
     )
 
   def run_round(self, server_state, store, round_input, *,
-                users_per_client: int = 1) -> method.RoundResult:
+                users_per_client: int = 1,
+                cohort_size: Optional[int] = None) -> method.RoundResult:
     users = np.asarray(round_input.users)
     held_out = held_out_examples(
         [len(d['items']) for d in round_input.user_data],
@@ -162,6 +164,7 @@ class TieredMethod(method.Method):
         self.process, server_state, store, users,
         sizes=[len(d['items']) for d in user_data],
         make_group_data=group_data, users_per_group=users_per_client,
+        cohort_size=cohort_size,
         keys=data_tier,
     )
     client = metrics['client_work']

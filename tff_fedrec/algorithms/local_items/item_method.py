@@ -259,19 +259,21 @@ class LocalItemMethod(ItemTableMethod):
     return {}
 
   def run_round(self, server_state, store, round_input, *,
-                users_per_client: int = 1) -> method.RoundResult:
+                users_per_client: int = 1,
+                cohort_size: Optional[int] = None) -> method.RoundResult:
     server_state, metrics = self.run_exchange(
         self.process, server_state, store, round_input,
-        users_per_client=users_per_client,
+        users_per_client=users_per_client, cohort_size=cohort_size,
     )
     return method.RoundResult(server_state=server_state, metrics=metrics)
 
   def run_exchange(self, process, server_state, store, round_input, *,
-                   users_per_client: int = 1, observe_uploads=None):
+                   users_per_client: int = 1, observe_uploads=None,
+                   cohort_size: Optional[int] = None):
     """One download, training and upload of the round's users through
     `process` (this method's, or one of the same server state: APFR-GKD
     runs two a round); returns (server state, the figures of
-    `RoundResult.metrics`). `observe_uploads` as in
+    `RoundResult.metrics`). `observe_uploads` and `cohort_size` as in
     `user_groups.run_round`."""
     users = np.asarray(round_input.users)
     fields = self.exchange.client_fields(users)
@@ -294,6 +296,7 @@ class LocalItemMethod(ItemTableMethod):
         process, server_state, store, users,
         sizes=[len(d['items']) for d in round_input.user_data],
         make_group_data=group_data, users_per_group=users_per_client,
+        cohort_size=cohort_size,
         observe_uploads=observe_uploads,
     )
     sent = self.exchange.round_bytes(
