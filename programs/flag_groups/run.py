@@ -31,7 +31,8 @@ USERS_PER_TFF_CLIENT = flags.DEFINE_integer(
 COHORT_SIZE = flags.DEFINE_integer(
     'cohort_size', 256,
     'Train at most this many users at once (rounded down to whole TFF '
-    'clients of --users_per_tff_client users): a round runs as cohorts whose '
+    'clients of --users_per_tff_client users, at least one): a round runs '
+    'as cohorts whose '
     'uploads are merged as each finishes (tff_fedrec.templates.cohorts), so '
     'memory follows this, not the users per round. Results agree with one '
     'cohort to float rounding. A size of at least the round\'s users trains '
