@@ -101,6 +101,38 @@ def test_run_round_gives_every_user_its_own_new_state():
   np.testing.assert_array_equal(observed[0][1][0], [[1, 2, 0], [4, 4, 4]])
 
 
+@pytest.mark.parametrize('cohort_size', [1, 2, 3, 100])
+def test_a_round_in_cohorts_stores_each_users_state_and_sums_the_uploads(
+    cohort_size):
+  # Groups of one user; cohorts of 1, 2 or 3 groups (100: one computation).
+  process = two_phase.TwoPhaseProcess(_initialize, _client_step, _server_step)
+  store = client_state_store.ClientStateStore.from_partitions(
+      6, [(np.arange(6), np.arange(6, dtype=np.float32) * 100)]
+  )
+  users = np.array([5, 1, 2, 0, 4])
+  values = [np.array(v, np.float32)
+            for v in ([1, 2], [3], [4, 4, 4], [7], [5, 6])]
+  made = []
+
+  def make_group_data(positions):
+    made.append(positions.tolist())
+    return (user_groups.pad_rows([values[p] for p in positions], np.float32),
+            np.array([len(values[p]) for p in positions], np.int32))
+
+  with execution.worker_execution_context():
+    state, metrics = user_groups.run_round(
+        process, np.float32(0.0), store, users,
+        sizes=[len(v) for v in values], make_group_data=make_group_data,
+        users_per_group=1, cohort_size=cohort_size,
+    )
+  assert state == metrics == 5.0
+  np.testing.assert_array_equal(
+      store.stacked_local_parameters(np.arange(6)),
+      [0 + 7, 100 + 3, 200 + 12, 300, 400 + 11, 500 + 3],
+  )
+  assert sorted(map(tuple, made)) == [(0,), (1,), (2,), (3,), (4,)]
+
+
 def test_pad_rows_pads_with_zeros_to_the_longest():
   padded = user_groups.pad_rows(
       [np.ones([2, 3]), np.ones([0, 3]), 2 * np.ones([1, 3])], np.float32)
