@@ -24,8 +24,8 @@ import sys
 from absl import app
 from absl import flags
 
-from tff_fedrec.algorithms import registry
 from tff_fedrec.programs import preset_files
+from tff_fedrec.programs.flag_groups import group
 
 _METHODS = flags.DEFINE_list('methods', ['pfedrec'], 'Methods to run.')
 _DATASETS = flags.DEFINE_list('datasets', ['ml-100k'], 'Data sets.')
@@ -44,14 +44,7 @@ _EXTRA = flags.DEFINE_list(
 _ALL_USERS = 10**9
 
 
-@flags.validator('methods')
-def _check_methods(value):
-  unknown = [method for method in value if method not in registry.METHODS]
-  if unknown:
-    raise flags.ValidationError(
-        f'Unknown method(s) {", ".join(unknown)} in --methods; choose from '
-        f'{", ".join(registry.METHODS)}.')
-  return True
+flags.register_validator('methods', group.check_method_names)
 
 
 @flags.validator('cohort_sizes')

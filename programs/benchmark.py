@@ -30,9 +30,9 @@ import sys
 from absl import app
 from absl import flags
 
-from tff_fedrec.algorithms import registry
 from tff_fedrec.programs import benchmark_tables
 from tff_fedrec.programs import preset_files
+from tff_fedrec.programs.flag_groups import group
 
 _METHODS = flags.DEFINE_list(
     'methods', ['pfedrec', 'fedmf', 'fedncf'], 'Methods to run.'
@@ -77,15 +77,7 @@ def _check_extra_flags(value):
   return True
 
 
-@flags.validator('methods')
-def _check_methods(value):
-  unknown = [method for method in value if method not in registry.METHODS]
-  if unknown:
-    raise flags.ValidationError(
-        f'Unknown method(s) {", ".join(unknown)} in --methods; choose from '
-        f'{", ".join(registry.METHODS)}.'
-    )
-  return True
+flags.register_validator('methods', group.check_method_names)
 
 
 def _extra_flags() -> list[str]:

@@ -26,6 +26,20 @@ class FlagError(ValueError):
   """Inconsistent, unusable or missing flags."""
 
 
+def check_method_names(names) -> bool:
+  """The validator of a `--methods` list flag (the benchmark programs'):
+  raises `flags.ValidationError` naming the names no method of the
+  registry has, and the known ones. Register it with
+  `flags.register_validator('methods', check_method_names)`."""
+  unknown = [name for name in names if name not in registry.METHODS]
+  if unknown:
+    raise flags.ValidationError(
+        f'Unknown method(s) {", ".join(unknown)} in --methods; choose from '
+        f'{", ".join(registry.METHODS)}.'
+    )
+  return True
+
+
 @dataclasses.dataclass(frozen=True)
 class BuildContext:
   """What a group may read besides its own flags.
