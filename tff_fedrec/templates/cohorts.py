@@ -109,8 +109,8 @@ def run_round(process, server_state, cohorts, put_results):
     server_state: Its server state.
     cohorts: An iterable of (client states, client data) pairs, each made
       when its turn comes (a generator keeps one cohort in memory).
-    put_results: Called with (cohort index, its new client states) as each
-      cohort finishes.
+    put_results: Called with (cohort index, its client data, its new
+      client states) as each cohort finishes.
 
   Returns:
     (new server state, metrics), as `process.next` returns them.
@@ -119,7 +119,7 @@ def run_round(process, server_state, cohorts, put_results):
   merged = None
   for index, (local_states, client_data) in enumerate(cohorts):
     new_locals, partial = round_.step(server_state, local_states, client_data)
-    put_results(index, new_locals)
+    put_results(index, client_data, new_locals)
     del local_states, client_data, new_locals
     merged = round_.merge(merged, partial)
   if merged is None:

@@ -72,8 +72,10 @@ def test_a_round_in_cohorts_is_the_round(sizes):
   starts = np.cumsum([0, *sizes])
   stored = {}
 
-  def put_results(index, new_locals):
+  def put_results(index, cohort_data, new_locals):
     assert index not in stored
+    np.testing.assert_array_equal(
+        cohort_data, data[starts[index]:starts[index + 1]])
     stored[index] = new_locals
 
   with execution.worker_execution_context():

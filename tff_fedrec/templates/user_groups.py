@@ -127,19 +127,16 @@ def _run_in_cohorts(process, server_state, store, users, groups,
                     make_group_data, groups_per_cohort):
   cohorts = [groups[start : start + groups_per_cohort]
              for start in range(0, len(groups), groups_per_cohort)]
-  data_of_cohort = {}
+  inputs = (
+      ([store.stacked_local_parameters(users[positions])
+        for positions in cohort],
+       [make_group_data(positions) for positions in cohort])
+      for cohort in cohorts
+  )
 
-  def inputs():
-    for index, cohort in enumerate(cohorts):
-      data = [make_group_data(positions) for positions in cohort]
-      data_of_cohort[index] = data
-      yield ([store.stacked_local_parameters(users[positions])
-              for positions in cohort], data)
+  def put_results(index, group_data, group_states):
+    for positions, data, state in zip(cohorts[index], group_data,
+                                      group_states):
+      store.put_group(users[positions], state, data)
 
-  def put_results(index, group_states):
-    data = data_of_cohort.pop(index)
-    for positions, group_data, state in zip(cohorts[index], data,
-                                            group_states):
-      store.put_group(users[positions], state, group_data)
-
-  return cohorts_lib.run_round(process, server_state, inputs(), put_results)
+  return cohorts_lib.run_round(process, server_state, inputs, put_results)
