@@ -237,7 +237,11 @@ def cluster_and_split(
         tf.fill([size], float('inf')),
     )
     least_similar = tf.argmin(tf.reshape(pairwise, [-1]), output_type=tf.int32)
-    first, second = least_similar // size, least_similar % size
+    # The pair in row order: float32 matmul need not be exactly symmetric
+    # (the CPU's kernels sum (i, j) and (j, i) in other orders), so the
+    # least entry may sit below the diagonal.
+    row, column = least_similar // size, least_similar % size
+    first, second = tf.minimum(row, column), tf.maximum(row, column)
     to_second = tf.linalg.matvec(
         member_units, member_units[second]
     ) > tf.linalg.matvec(member_units, member_units[first])
