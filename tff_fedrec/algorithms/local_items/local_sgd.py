@@ -20,7 +20,8 @@ example's size and an item row's a B-th of it; at the shared rate p_u
 barely moves (APFR-GKD, docs/results/apfr_gkd.md).
 
 Item rows are updated sparsely: only the rows of the batch's items change
-(duplicates accumulate, as PyTorch's embedding gradient does). With
+(duplicates accumulate, as PyTorch's embedding gradient does), in place
+(`in_place_rows.RowTable`: a step does not copy the group's table). With
 `item_gradient_maps` M_u [d, d], user u's row gradients G become G M_u
 before the step: CoLR trains its low-rank update through the loss that way
 (`fedras.compression.colr_gradient_map`).
@@ -38,6 +39,7 @@ from typing import Any, Callable, NamedTuple, Optional
 import tensorflow as tf
 
 from tff_fedrec import client_loop
+from tff_fedrec import in_place_rows
 from tff_fedrec import models
 
 LocalTrainingResult = collections.namedtuple(
@@ -75,6 +77,7 @@ def _user_batch_losses(spec, params, rows, batch, loss_term=None):
 def _sgd_step(
     spec: models.RecommenderSpec,
     params: dict[str, Any],
+    table: in_place_rows.RowTable,
     batch: client_loop.Batch,
     keys: tuple[str, ...],
     learning_rate: float,
@@ -83,15 +86,17 @@ def _sgd_step(
     loss_term=None,
     user_learning_rate: Optional[float] = None,
 ):
-  """One SGD step of every user on `params[k]`, k in `keys`.
+  """One SGD step of every user on `params[k]`, k in `keys`, and on the
+  rows of `table` (the item embedding) if 'item_embedding' is in `keys`.
 
-  Returns (params, per-user losses [U]). The users' losses depend on their
-  own parameters only, so the gradient of their sum is each user's gradient.
+  Returns (params without the item embedding, per-user losses [U]); the
+  item rows change in `table`. The users' losses depend on their own
+  parameters only, so the gradient of their sum is each user's gradient.
   `item_gradient_maps` (float32 [U, d, d] or None): see the module docstring.
   `user_learning_rate`: the step of `user_embedding` (None: learning_rate).
   """
   batch_items = batch.examples['items']
-  rows = tf.gather(params['item_embedding'], batch_items, batch_dims=1)
+  rows = table.gather(batch_items)
   dense_keys = [k for k in keys if k != 'item_embedding']
   watched = [params[k] for k in dense_keys]
   with tf.GradientTape() as tape:
@@ -111,15 +116,7 @@ def _sgd_step(
   if 'item_embedding' in keys:
     if item_gradient_maps is not None:
       row_grads = tf.einsum('ubd,ude->ube', row_grads, item_gradient_maps)
-    num_users = tf.shape(batch_items)[0]
-    user_index = tf.broadcast_to(
-        tf.range(num_users)[:, None], tf.shape(batch_items)
-    )
-    updated['item_embedding'] = tf.tensor_scatter_nd_sub(
-        params['item_embedding'],
-        tf.stack([user_index, batch_items], axis=-1),
-        item_learning_rate * row_grads,
-    )
+    table.subtract(batch_items, item_learning_rate * row_grads)
   return updated, losses
 
 
@@ -176,10 +173,13 @@ def train_users_locally(
   examples = {'items': items, 'labels': labels,
               **(loss_term.examples if loss_term is not None else {})}
 
+  table = in_place_rows.RowTable(params['item_embedding'])
+  dense_keys = tuple(k for k in spec.keys if k != 'item_embedding')
+
   def step(state, batch):
     params, loss_sum = state
     take = lambda params, keys: _sgd_step(
-        spec, params, batch, keys, learning_rate, item_learning_rate,
+        spec, params, table, batch, keys, learning_rate, item_learning_rate,
         item_gradient_maps, loss_term, user_learning_rate,
     )
     if alternating and first_keys:
@@ -195,10 +195,11 @@ def train_users_locally(
       seeds=shuffle_seeds,
       batch_size=batch_size,
       epochs=local_epochs,
-      init=({k: params[k] for k in spec.keys},
+      init=({k: params[k] for k in dense_keys},
             tf.zeros(tf.shape(num_examples), tf.float32)),
       step=step,
   )
+  params = dict(params, item_embedding=table.read())
   return LocalTrainingResult(
       parameters=collections.OrderedDict((k, params[k]) for k in spec.keys),
       loss_sum=loss_sum,
