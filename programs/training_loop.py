@@ -3,7 +3,8 @@
 Per round r (0-based):
   1. the protocol draws the round's users and examples, seeded by
      (seed, r), so a resumed run draws exactly what an uninterrupted one
-     would have drawn (`tasks.protocol.Protocol.round_input`);
+     would have drawn (`tasks.protocol.Protocol.round_input`), round r + 1's
+     on a thread while round r trains (`round_inputs.Prefetched`);
   2. the method runs its TFF process on them and writes their new client
      state to the store (`method.Method.run_round`);
   3. every `eval_every` rounds (and after the last) the protocol scores
@@ -36,6 +37,7 @@ from tff_fedrec import atomic_files
 from tff_fedrec.algorithms import method as method_lib
 from tff_fedrec.programs import interrupts
 from tff_fedrec.programs import numpy_program_state
+from tff_fedrec.programs import round_inputs
 from tff_fedrec.tasks import protocol as protocol_lib
 
 
@@ -249,9 +251,16 @@ class TrainingRun:
     """The protocol's evaluation of every user's model now."""
     return self.protocol.evaluate(self.method, self.server_state, self.store)
 
-  def run_round(self, round_num: int) -> dict:
-    start = time.perf_counter()
-    round_input = self.protocol.round_input(round_num)
+  def run_round(self, round_num: int, round_input=None,
+                started: Optional[float] = None) -> dict:
+    """Trains (and evaluates, when due) round `round_num` on
+    `round_input` (None: the protocol draws it now); returns its row,
+    whose seconds count from `started` (a `time.perf_counter()`; None: the
+    call), so a round whose input was drawn ahead counts the wait for it
+    but not the drawing done while the previous round trained."""
+    start = time.perf_counter() if started is None else started
+    if round_input is None:
+      round_input = self.protocol.round_input(round_num)
     result = self.method.run_round(
         self.server_state, self.store, round_input,
         users_per_client=self._config.users_per_client,
@@ -282,23 +291,30 @@ class TrainingRun:
   def train(self) -> dict:
     """Runs the remaining rounds; returns the summary (also summary.json)."""
     self.restore_or_initialize()
-    for round_num in range(self.next_round, self._config.rounds):
-      row = self.run_round(round_num)
-      self.history.append(row)
-      with interrupts.deferred():
-        self._release(row)
-        self.next_round = round_num + 1
-        if (
-            self.next_round % self._config.checkpoint_every == 0
-            or self.next_round == self._config.rounds
-        ):
-          asyncio.run(self._state_manager.save(self._program_state(),
-                                               self.next_round))
-          self.saved_round = self.next_round
-          run_peak_rss_mb(self._root_dir, self._worker_pid)
-        self._log(self._progress_line(row))
-      interrupts.raise_if_received()
+    with round_inputs.Prefetched(self.protocol.round_input,
+                                 rounds=self._config.rounds) as inputs:
+      for round_num in range(self.next_round, self._config.rounds):
+        started = time.perf_counter()
+        self._train_round(round_num, inputs.get(round_num), started)
     return self.write_summary()
+
+  def _train_round(self, round_num: int, round_input, started) -> None:
+    """One round, its release and (when due) its checkpoint."""
+    row = self.run_round(round_num, round_input, started)
+    self.history.append(row)
+    with interrupts.deferred():
+      self._release(row)
+      self.next_round = round_num + 1
+      if (
+          self.next_round % self._config.checkpoint_every == 0
+          or self.next_round == self._config.rounds
+      ):
+        asyncio.run(self._state_manager.save(self._program_state(),
+                                             self.next_round))
+        self.saved_round = self.next_round
+        run_peak_rss_mb(self._root_dir, self._worker_pid)
+      self._log(self._progress_line(row))
+    interrupts.raise_if_received()
 
   def _progress_line(self, row: dict) -> str:
     seconds = statistics.median(r['seconds'] for r in self.history)

@@ -56,7 +56,10 @@ class Protocol(abc.ABC):
 
   @abc.abstractmethod
   def round_input(self, round_num: int) -> method_lib.RoundInput:
-    """Round `round_num`'s users and examples."""
+    """Round `round_num`'s users and examples: a function of the seed and
+    `round_num` alone, as the training loop draws round r + 1's on a
+    thread while round r trains (`programs.round_inputs`); the loop makes
+    every call from that one thread."""
 
   @abc.abstractmethod
   def evaluate(self, method, server_state, store) -> dict:

@@ -17,6 +17,8 @@ little, and never across keys (a method's tiers, whose models differ):
 """
 
 from collections.abc import Sequence
+from concurrent import futures
+import threading
 
 import numpy as np
 
@@ -125,18 +127,42 @@ def run_round(
 
 def _run_in_cohorts(process, server_state, store, users, groups,
                     make_group_data, groups_per_cohort):
+  """The round in cohorts; the next cohort's inputs are made on a thread
+  while the worker trains the current one (`_one_ahead`), the store read
+  and written under one lock."""
   cohorts = [groups[start : start + groups_per_cohort]
              for start in range(0, len(groups), groups_per_cohort)]
-  inputs = (
-      ([store.stacked_local_parameters(users[positions])
-        for positions in cohort],
-       [make_group_data(positions) for positions in cohort])
-      for cohort in cohorts
-  )
+  store_lock = threading.Lock()
+
+  def cohort_inputs(cohort):
+    with store_lock:
+      return ([store.stacked_local_parameters(users[positions])
+               for positions in cohort],
+              [make_group_data(positions) for positions in cohort])
 
   def put_results(index, group_data, group_states):
-    for positions, data, state in zip(cohorts[index], group_data,
-                                      group_states):
-      store.put_group(users[positions], state, data)
+    with store_lock:
+      for positions, data, state in zip(cohorts[index], group_data,
+                                        group_states):
+        store.put_group(users[positions], state, data)
 
-  return cohorts_lib.run_round(process, server_state, inputs, put_results)
+  return cohorts_lib.run_round(
+      process, server_state,
+      _one_ahead(cohort_inputs(cohort) for cohort in cohorts), put_results)
+
+
+def _one_ahead(iterable):
+  """`iterable`'s items, each next one computed on a thread while the
+  caller works on the current one (at most two alive at once)."""
+  done = object()
+  with futures.ThreadPoolExecutor(
+      max_workers=1, thread_name_prefix='next-cohort') as executor:
+    iterator = iter(iterable)
+    pending = executor.submit(next, iterator, done)
+    while True:
+      item = pending.result()
+      if item is done:
+        return
+      pending = executor.submit(next, iterator, done)
+      yield item
+      del item
