@@ -145,14 +145,13 @@ def _assert_not_on_a_knife_edge(rows, bandwidth, seed, action_index):
   by a millionth keep their actions. Data where they do not (seen on one
   CPU and not on another) would fail the comparison for no fault of the
   process: say so, rather than print a mismatch of item rows."""
-  for trial in range(2):
-    noise = np.random.default_rng(trial).standard_normal(rows.shape)
-    nudged = action_clustering.encode_actions(
-        (rows * (1 + 1e-6 * noise)).astype(np.float32), bandwidth, seed)
-    np.testing.assert_array_equal(
-        nudged.action_index, action_index,
-        err_msg='The test data put a client\'s k-means on a knife edge; '
-                'change the seed of _client_data.')
+  noise = np.random.default_rng(0).standard_normal(rows.shape)
+  nudged = action_clustering.encode_actions(
+      (rows * (1 + 1e-6 * noise)).astype(np.float32), bandwidth, seed)
+  np.testing.assert_array_equal(
+      nudged.action_index, action_index,
+      err_msg='The test data put a client\'s k-means on a knife edge; '
+              'change the seed of _client_data.')
 
 
 class _Reference:
