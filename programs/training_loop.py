@@ -4,7 +4,7 @@ Per round r (0-based):
   1. the protocol draws the round's users and examples, seeded by
      (seed, r), so a resumed run draws exactly what an uninterrupted one
      would have drawn (`tasks.protocol.Protocol.round_input`), round r + 1's
-     on a thread while round r trains (`round_inputs.Prefetched`);
+     on a thread while round r trains (`tff_fedrec.one_ahead`);
   2. the method runs its TFF process on them and writes their new client
      state to the store (`method.Method.run_round`);
   3. every `eval_every` rounds (and after the last) the protocol scores
@@ -21,6 +21,7 @@ the run's cost.
 
 import asyncio
 import collections
+import contextlib
 import dataclasses
 import json
 import os
@@ -34,10 +35,10 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_fedrec import atomic_files
+from tff_fedrec import one_ahead
 from tff_fedrec.algorithms import method as method_lib
 from tff_fedrec.programs import interrupts
 from tff_fedrec.programs import numpy_program_state
-from tff_fedrec.programs import round_inputs
 from tff_fedrec.tasks import protocol as protocol_lib
 
 
@@ -291,11 +292,13 @@ class TrainingRun:
   def train(self) -> dict:
     """Runs the remaining rounds; returns the summary (also summary.json)."""
     self.restore_or_initialize()
-    with round_inputs.Prefetched(self.protocol.round_input,
-                                 rounds=self._config.rounds) as inputs:
-      for round_num in range(self.next_round, self._config.rounds):
+    rounds = range(self.next_round, self._config.rounds)
+    with contextlib.closing(one_ahead.one_ahead(
+        (self.protocol.round_input(r) for r in rounds),
+        thread_name='round-input')) as inputs:
+      for round_num in rounds:
         started = time.perf_counter()
-        self._train_round(round_num, inputs.get(round_num), started)
+        self._train_round(round_num, next(inputs), started)
     return self.write_summary()
 
   def _train_round(self, round_num: int, round_input, started) -> None:

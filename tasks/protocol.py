@@ -58,7 +58,7 @@ class Protocol(abc.ABC):
   def round_input(self, round_num: int) -> method_lib.RoundInput:
     """Round `round_num`'s users and examples: a function of the seed and
     `round_num` alone, as the training loop draws round r + 1's on a
-    thread while round r trains (`programs.round_inputs`); the loop makes
+    thread while round r trains (`tff_fedrec.one_ahead`); the loop makes
     every call from that one thread."""
 
   @abc.abstractmethod

@@ -17,11 +17,11 @@ little, and never across keys (a method's tiers, whose models differ):
 """
 
 from collections.abc import Sequence
-from concurrent import futures
 import threading
 
 import numpy as np
 
+from tff_fedrec import one_ahead
 from tff_fedrec.templates import cohorts as cohorts_lib
 from tff_fedrec.templates import two_phase
 
@@ -128,7 +128,7 @@ def run_round(
 def _run_in_cohorts(process, server_state, store, users, groups,
                     make_group_data, groups_per_cohort):
   """The round in cohorts; the next cohort's inputs are made on a thread
-  while the worker trains the current one (`_one_ahead`), the store read
+  while the worker trains the current one (`one_ahead`), the store read
   and written under one lock."""
   cohorts = [groups[start : start + groups_per_cohort]
              for start in range(0, len(groups), groups_per_cohort)]
@@ -148,21 +148,7 @@ def _run_in_cohorts(process, server_state, store, users, groups,
 
   return cohorts_lib.run_round(
       process, server_state,
-      _one_ahead(cohort_inputs(cohort) for cohort in cohorts), put_results)
+      one_ahead.one_ahead((cohort_inputs(cohort) for cohort in cohorts),
+                          thread_name='next-cohort'),
+      put_results)
 
-
-def _one_ahead(iterable):
-  """`iterable`'s items, each next one computed on a thread while the
-  caller works on the current one (at most two alive at once)."""
-  done = object()
-  with futures.ThreadPoolExecutor(
-      max_workers=1, thread_name_prefix='next-cohort') as executor:
-    iterator = iter(iterable)
-    pending = executor.submit(next, iterator, done)
-    while True:
-      item = pending.result()
-      if item is done:
-        return
-      pending = executor.submit(next, iterator, done)
-      yield item
-      del item

@@ -1,8 +1,6 @@
 """Users grouped per TFF client: the grouping, and a round over a toy
 process whose client data is the method's own."""
 
-import threading
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -140,22 +138,3 @@ def test_pad_rows_pads_with_zeros_to_the_longest():
       [np.ones([2, 3]), np.ones([0, 3]), 2 * np.ones([1, 3])], np.float32)
   assert padded.shape == (3, 2, 3) and padded.dtype == np.float32
   np.testing.assert_array_equal(padded[:, :, 0], [[1, 1], [0, 0], [2, 0]])
-
-
-def test_one_ahead_yields_every_item_in_order_making_the_next_meanwhile():
-  making_second = threading.Event()
-
-  def items():
-    for index in range(4):
-      if index == 1:
-        making_second.set()
-      yield index
-
-  seen = []
-  for item in user_groups._one_ahead(items()):
-    if item == 0:
-      # Item 1 is made while the caller still holds item 0 (a generator
-      # run lazily would wait here for ever).
-      assert making_second.wait(timeout=30)
-    seen.append(item)
-  assert seen == [0, 1, 2, 3]
