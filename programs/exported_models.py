@@ -93,9 +93,14 @@ def tier_model(prepared, run, tier_name: str) -> ModelToExport:
 
 def user_model(prepared, run, user: int) -> ModelToExport:
   """User index `user`'s own model."""
-  model = prepared.method.on_device_user_model(
-      run.server_state, run.store, user
-  )
+  try:
+    model = prepared.method.on_device_user_model(
+        run.server_state, run.store, user
+    )
+  except ValueError as error:
+    raise ExportError(
+        f'Cannot export user {prepared.data.user_ids[user]!r}: {error}'
+    ) from error
   return ModelToExport.of(
       model, _representative_items(prepared.data, [user])
   )

@@ -4,7 +4,10 @@ Per round r (0-based):
   1. the protocol draws the round's users and examples, seeded by
      (seed, r), so a resumed run draws exactly what an uninterrupted one
      would have drawn (`tasks.protocol.Protocol.round_input`), round r + 1's
-     on a thread while round r trains (`tff_fedrec.one_ahead`);
+     on a thread while round r trains (`tff_fedrec.one_ahead`); the loop
+     marks the users for whom it is the last round of the run
+     (`last_rounds`: their state is kept whole for export, the others'
+     may keep only what the protocol scores);
   2. the method runs its TFF process on them and writes their new client
      state to the store (`method.Method.run_round`);
   3. every `eval_every` rounds (and after the last) the protocol scores
@@ -68,6 +71,27 @@ class LoopConfig:
       value = getattr(self, name)
       if value is not None and value < 1:
         raise ValueError(f'{name} must be at least 1; got {value}.')
+
+
+def last_rounds(protocol: protocol_lib.Protocol, rounds: range,
+                num_users: int) -> np.ndarray:
+  """Each user's last round among `rounds` (-1: it trains in none of
+  them), from the protocol's draws of users (`Protocol.round_users`),
+  latest round first, stopping once every user has one: one draw when
+  every user trains every round.
+
+  Returns int64 [num_users].
+  """
+  last = np.full([num_users], -1, np.int64)
+  unseen = num_users
+  for round_num in reversed(rounds):
+    users = np.asarray(protocol.round_users(round_num), np.int64)
+    new = users[last[users] < 0]
+    last[new] = round_num
+    unseen -= new.size
+    if not unseen:
+      break
+  return last
 
 
 class TrainingDivergedError(ValueError):
@@ -217,6 +241,10 @@ class TrainingRun:
     self.history = []
     self.next_round = 0
     self.saved_round = 0
+    # `last_rounds` over [_last_rounds_from, rounds): right for any later
+    # round (a user's last round from there on is the same).
+    self._last_rounds_from = None
+    self._last_rounds = None
 
   def _program_state(self):
     return collections.OrderedDict(
@@ -252,16 +280,36 @@ class TrainingRun:
     """The protocol's evaluation of every user's model now."""
     return self.protocol.evaluate(self.method, self.server_state, self.store)
 
+  def _plan_last_rounds(self, first_round: int) -> None:
+    """Makes `round_input` mark users' last rounds from `first_round` on."""
+    if self._last_rounds_from is None or first_round < self._last_rounds_from:
+      self._last_rounds = last_rounds(
+          self.protocol, range(first_round, self._config.rounds),
+          self.protocol.data.num_users,
+      )
+      self._last_rounds_from = first_round
+
+  def round_input(self, round_num: int) -> method_lib.RoundInput:
+    """The protocol's input of round `round_num`, its users marked where it
+    is their last round of the run (`RoundInput.last_round_users`)."""
+    self._plan_last_rounds(round_num)
+    round_input = self.protocol.round_input(round_num)
+    return dataclasses.replace(
+        round_input,
+        last_round_users=(
+            self._last_rounds[np.asarray(round_input.users)] == round_num),
+    )
+
   def run_round(self, round_num: int, round_input=None,
                 started: Optional[float] = None) -> dict:
     """Trains (and evaluates, when due) round `round_num` on
-    `round_input` (None: the protocol draws it now); returns its row,
+    `round_input` (None: `self.round_input`); returns its row,
     whose seconds count from `started` (a `time.perf_counter()`; None: the
     call), so a round whose input was drawn ahead counts the wait for it
     but not the drawing done while the previous round trained."""
     start = time.perf_counter() if started is None else started
     if round_input is None:
-      round_input = self.protocol.round_input(round_num)
+      round_input = self.round_input(round_num)
     result = self.method.run_round(
         self.server_state, self.store, round_input,
         users_per_client=self._config.users_per_client,
@@ -293,8 +341,10 @@ class TrainingRun:
     """Runs the remaining rounds; returns the summary (also summary.json)."""
     self.restore_or_initialize()
     rounds = range(self.next_round, self._config.rounds)
+    # Planned here, so the thread drawing the inputs only reads the plan.
+    self._plan_last_rounds(self.next_round)
     with contextlib.closing(one_ahead.one_ahead(
-        (self.protocol.round_input(r) for r in rounds),
+        (self.round_input(r) for r in rounds),
         thread_name='round-input')) as inputs:
       for round_num in rounds:
         started = time.perf_counter()

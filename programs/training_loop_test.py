@@ -1,8 +1,10 @@
 import collections
+import types
 
 import numpy as np
 import pytest
 
+from tff_fedrec.algorithms import method as method_lib
 from tff_fedrec.programs import training_loop
 
 
@@ -65,3 +67,48 @@ def test_scalar_fields_flatten_one_level_for_the_csv():
 def test_loop_config_refuses_zero():
   with pytest.raises(ValueError, match='checkpoint_every must be at least 1'):
     training_loop.LoopConfig(rounds=2, checkpoint_every=0)
+
+
+class _PlannedRounds:
+  """A protocol's draws of users, by hand; counts the draws asked for."""
+
+  def __init__(self, rounds):
+    self.rounds = rounds
+    self.asked = []
+
+  def round_users(self, round_num):
+    self.asked.append(round_num)
+    return np.array(self.rounds[round_num])
+
+
+def test_last_rounds_are_each_users_latest_round_in_the_range():
+  protocol = _PlannedRounds([[0, 1], [1, 2], [0, 2], [2], [0]])
+  np.testing.assert_array_equal(
+      training_loop.last_rounds(protocol, range(5), num_users=4),
+      [4, 1, 3, -1])
+  # From round 2 on (a resumed run), user 1 trains no more.
+  np.testing.assert_array_equal(
+      training_loop.last_rounds(protocol, range(2, 5), num_users=4),
+      [4, -1, 3, -1])
+  # Every user seen: the earlier rounds are not drawn.
+  protocol.asked.clear()
+  np.testing.assert_array_equal(
+      training_loop.last_rounds(protocol, range(5), num_users=3), [4, 1, 3])
+  assert protocol.asked == [4, 3, 2, 1]
+
+
+class _PlannedProtocol(_PlannedRounds):
+  data = types.SimpleNamespace(num_users=3)
+
+  def round_input(self, round_num):
+    return method_lib.RoundInput(round_num, np.array(self.rounds[round_num]),
+                                 [], None, 0)
+
+
+def test_round_inputs_mark_the_users_training_their_last_round(tmp_path):
+  run = training_loop.TrainingRun(
+      types.SimpleNamespace(initial_store=lambda: None),
+      _PlannedProtocol([[0, 1], [1, 2], [0, 2], [2]]),
+      training_loop.LoopConfig(rounds=4), str(tmp_path), log=lambda _: None)
+  marks = [run.round_input(r).last_round_users.tolist() for r in range(4)]
+  assert marks == [[False, False], [True, False], [True, False], [True]]

@@ -193,12 +193,12 @@ def prepare_run(*, log: Callable[[str], None] = print,
   user_tiers = tiers_flags.tier_policy().assign(
       method_lib.RunData.of(data).train_counts, run_flags.SEED.value
   )
-  run_data = method_lib.RunData.of(data, user_tiers)
+  protocol = protocol_flags.PROTOCOLS[entry.protocol].build(data, user_tiers)
+  run_data = protocol.run_data(user_tiers)
   method = entry.build(
       data=run_data, seed=run_flags.SEED.value,
       **builder_arguments(entry, run_data),
   )
-  protocol = protocol_flags.PROTOCOLS[entry.protocol].build(data, user_tiers)
   loop_config = training_loop.LoopConfig(
       rounds=run_flags.ROUNDS.value,
       eval_every=run_flags.EVAL_EVERY.value or protocol.default_eval_every,

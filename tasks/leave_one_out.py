@@ -91,12 +91,7 @@ class LeaveOneOut(protocol.Protocol):
     every user's training examples of the round."""
     data = self.data
     rng = np.random.default_rng([self.seed, round_num])
-    if self.clients_per_round >= data.num_users:
-      users = np.arange(data.num_users)
-    else:
-      users = np.sort(
-          rng.choice(data.num_users, self.clients_per_round, replace=False)
-      )
+    users = self._draw_users(rng)
     examples = preprocessing.sample_training_examples(
         train_offsets=data.train_offsets,
         train_items=data.train_items,
@@ -120,6 +115,37 @@ class LeaveOneOut(protocol.Protocol):
         round_num=round_num, users=users, user_data=user_data,
         examples=examples, seed=self.seed,
     )
+
+  def _draw_users(self, rng: np.random.Generator) -> np.ndarray:
+    """The round's users (sorted), `rng`'s first draw of the round."""
+    if self.clients_per_round >= self.data.num_users:
+      return np.arange(self.data.num_users)
+    return np.sort(
+        rng.choice(self.data.num_users, self.clients_per_round, replace=False)
+    )
+
+  def round_users(self, round_num: int) -> np.ndarray:
+    return self._draw_users(np.random.default_rng([self.seed, round_num]))
+
+  def run_data(self, user_tiers=None) -> method_lib.RunData:
+    """The split's data, with the items each user is scored on: its
+    validation and test items and their negatives."""
+    return method_lib.RunData.of(self.data, user_tiers,
+                                 scored_items=self.scored_items())
+
+  def scored_items(self) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets [U + 1], items): each user's validation and test
+    candidates, distinct and ascending (`method.RunData.scored_items`)."""
+    data = self.data
+    candidates = np.concatenate([
+        data.val_items[:, None], data.val_negatives,
+        data.test_items[:, None], data.test_negatives,
+    ], axis=1).astype(np.int64)
+    candidates.sort(axis=1)
+    distinct = np.ones(candidates.shape, bool)
+    distinct[:, 1:] = candidates[:, 1:] != candidates[:, :-1]
+    offsets = np.concatenate([[0], np.cumsum(distinct.sum(axis=1))])
+    return offsets.astype(np.int64), candidates[distinct]
 
   def _scores(self, method, server_state, store, split: str):
     positives = getattr(self.data, f'{split}_items')

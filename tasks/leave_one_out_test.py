@@ -208,3 +208,23 @@ def test_an_unknown_negative_pool_is_refused():
   with pytest.raises(ValueError, match='negative_pool must be one of'):
     leave_one_out.LeaveOneOut(_data(), clients_per_round=2,
                               negative_pool='everything')
+
+
+@pytest.mark.parametrize('clients_per_round', [2, 6])
+def test_round_users_are_the_users_round_input_draws(clients_per_round):
+  protocol = leave_one_out.LeaveOneOut(
+      _data(), clients_per_round=clients_per_round, seed=3)
+  for round_num in range(5):
+    np.testing.assert_array_equal(protocol.round_users(round_num),
+                                  protocol.round_input(round_num).users)
+
+
+def test_the_scored_items_are_each_users_validation_and_test_candidates():
+  data = _data()
+  offsets, items = leave_one_out.LeaveOneOut(
+      data, clients_per_round=6).run_data().scored_items
+  for user in range(data.num_users):
+    expected = sorted({int(data.val_items[user]), int(data.test_items[user]),
+                       *data.val_negatives[user].tolist(),
+                       *data.test_negatives[user].tolist()})
+    assert items[offsets[user]:offsets[user + 1]].tolist() == expected

@@ -7,7 +7,7 @@ The one training loop (`programs/training_loop`) is driven by a protocol:
   round_input   the round's users, their training examples (negatives
                 drawn seeded by (seed, round), so a resumed run draws what
                 an uninterrupted one would) and seeds: a
-                `method.RoundInput`;
+                `method.RoundInput`; `round_users` the users alone;
   evaluate      the method's models scored (`method.Method.score`) into
                 the metrics of one evaluation, flat in the round's history
                 row;
@@ -30,6 +30,8 @@ RF²'s click-through protocol is a third one of these.
 """
 
 import abc
+
+import numpy as np
 
 from tff_fedrec.algorithms import method as method_lib
 
@@ -60,6 +62,12 @@ class Protocol(abc.ABC):
     `round_num` alone, as the training loop draws round r + 1's on a
     thread while round r trains (`tff_fedrec.one_ahead`); the loop makes
     every call from that one thread."""
+
+  def round_users(self, round_num: int) -> np.ndarray:
+    """Round `round_num`'s users (sorted), as `round_input` draws them; a
+    protocol whose draw is cheaper alone says how (the training loop asks
+    for the rounds ahead: `programs.training_loop.last_rounds`)."""
+    return np.asarray(self.round_input(round_num).users)
 
   @abc.abstractmethod
   def evaluate(self, method, server_state, store) -> dict:

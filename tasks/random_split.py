@@ -103,10 +103,13 @@ class RandomSplit(protocol.Protocol):
       )
     return examples_of_users(self._examples_drawn_once, users)
 
-  def round_input(self, round_num: int) -> method_lib.RoundInput:
-    users = round_users(
+  def round_users(self, round_num: int) -> np.ndarray:
+    return round_users(
         self.data.num_users, self.clients_per_round, self.seed, round_num
     )
+
+  def round_input(self, round_num: int) -> method_lib.RoundInput:
+    users = self.round_users(round_num)
     examples = self._examples(round_num, users)
     seeds = np.random.default_rng([self.seed, round_num, 3]).integers(
         0, 2**31, size=(users.size, 2), dtype=np.int64

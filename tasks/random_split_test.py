@@ -188,3 +188,12 @@ def test_tied_rows_is_the_same_in_batches_of_any_size():
         random_split.tied_rows(scores, exclude, batch), want)
 
 
+
+
+def test_round_users_are_the_users_round_input_draws():
+  protocol = _protocol(_split())
+  for round_num in range(7):
+    np.testing.assert_array_equal(protocol.round_users(round_num),
+                                  protocol.round_input(round_num).users)
+  # A full ranking may score any item: no scored items are given.
+  assert protocol.run_data().scored_items is None

@@ -52,6 +52,12 @@ class RunData:
       sizes models by it, FedRAS can set bandwidths by it, the protocols
       report per tier); None puts every user in one tier, and a method
       that needs tiers refuses it.
+    scored_items: (offsets int64 [U + 1], items int [nnz]): CSR of the
+      items the protocol scores each user's model on, ascending per user
+      (leave-one-out: its validation and test candidates), or None when it
+      may score any item (a full ranking). A method that keeps per-user
+      rows only to be scored by may keep just these between a user's
+      rounds (`RoundInput.last_round_users`).
   """
 
   num_users: int
@@ -59,12 +65,13 @@ class RunData:
   train_offsets: np.ndarray
   train_items: np.ndarray
   user_tiers: Optional[np.ndarray] = None
+  scored_items: Optional[tuple[np.ndarray, np.ndarray]] = None
 
   @classmethod
-  def of(cls, data, user_tiers=None) -> 'RunData':
+  def of(cls, data, user_tiers=None, scored_items=None) -> 'RunData':
     """From a protocol's split data (anything with these fields)."""
     return cls(data.num_users, data.num_items, data.train_offsets,
-               data.train_items, user_tiers)
+               data.train_items, user_tiers, scored_items)
 
   @property
   def train_counts(self) -> np.ndarray:
@@ -84,6 +91,11 @@ class RoundInput:
       users, `tasks.preprocessing.TrainingExamples`); FedRecon reads every
       user's.
     seed: The run's seed.
+    last_round_users: bool [n]: which of the round's users train in no
+      later round of the run (the training loop's `last_rounds`). Their
+      client state is kept whole, as export reads it; the others' may keep
+      only what the protocol scores (`RunData.scored_items`). None: every
+      user's state is kept whole.
   """
 
   round_num: int
@@ -91,6 +103,7 @@ class RoundInput:
   user_data: Sequence[collections.OrderedDict]
   examples: Any
   seed: int
+  last_round_users: Optional[np.ndarray] = None
 
 
 @dataclasses.dataclass(frozen=True)

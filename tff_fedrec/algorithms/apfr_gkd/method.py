@@ -367,6 +367,7 @@ def build_apfr_gkd(
       process=process_of(training, kd_round),
       num_users=data.num_users,
       client_round=kd_round,
+      scored_items=data.scored_items,
       dual_process=dual_process,
       mode=mode,
       heterogeneity={'p': p, 'threshold': heterogeneity_threshold,

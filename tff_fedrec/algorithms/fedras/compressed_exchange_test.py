@@ -68,9 +68,10 @@ def _process(spec, training=_TRAINING, *, item_aggregator=None,
   return params, (process, exchange)
 
 
-def _one_round(spec, params, process_and_exchange):
-  """Two TFF clients of 2 and 1 users, from the initial client state;
-  returns (server state, the users' new client states, metrics)."""
+def _one_round(spec, params, process_and_exchange, keeps_rows=False):
+  """Two TFF clients of 2 and 1 users, from the initial client state (that
+  keep every row they fine-tune if `keeps_rows`); returns (server state,
+  the users' new client states, metrics)."""
   process, exchange = process_and_exchange
   store = personal_rows.PersonalRowsStore(
       3, client_training.initial_client_state(spec, params, exchange)
@@ -90,6 +91,9 @@ def _one_round(spec, params, process_and_exchange):
 
   def group_data(positions):
     data = compact_tables.group_client_data([users[p] for p in positions])
+    if keeps_rows:
+      data.update(personal_rows.kept_rows(
+          data['row_ids'], data['num_rows'], [None] * len(positions)))
     data['bandwidth'] = np.full([len(positions)], 2, np.int32)
     return data
 
@@ -256,7 +260,8 @@ def test_dual_personalization_composes_with_the_compressed_exchange():
   )
   params, process = _process(pfedrec, training)
 
-  state, new_states, _ = _one_round(pfedrec, params, process)
+  state, new_states, _ = _one_round(pfedrec, params, process,
+                                    keeps_rows=True)
 
   assert list(state['global_parameters']) == ['item_embedding']
   trained_items = [[0, 1, 3], [2, 5], [1, 4, 5]]

@@ -33,12 +33,13 @@ Types (`composer` gives S and M):
   L = the users' client-local parameters (score function, user
       embedding), leading dim [U], plus the exchange's state (FedRAS:
       item_copy [U, N, d], synced_round [U]) and the client round's
-  C = <local_parameters: L, personal_item_ids int32[U, T],
-       personal_item_rows float32[U, T, d]> (T = 0 unless the users keep
-       their trained rows), what the program stores per user
-       (`personal_rows`); only L goes into `next`: a round starts from the
-       global item rows (Algorithm 1, ClientUpdate line 1), so last
-       round's fine-tuned rows are read only for inference
+  C = <local_parameters: L, personal_item_ids int32[U, K],
+       personal_item_rows float32[U, K, d]> (K = 0 unless the users keep
+       their trained rows; then the rows at D's `kept_rows`, all or those
+       the protocol scores: `personal_rows.kept_rows`), what the program
+       stores per user (`personal_rows`); only L goes into `next`: a round
+       starts from the global item rows (Algorithm 1, ClientUpdate line
+       1), so last round's fine-tuned rows are read only for inference
   D = `client_data_type(exchange, round_role)` (`compact_tables`)
   upload = <update=<item_embedding, the other global parameters>,
             weight=U, metrics=<loss_sum, num_examples, exchange's metrics>>
@@ -201,6 +202,10 @@ def client_data_type(exchange, client_round: ClientRound = DownloadRound(),
   with the exchange's per-user fields (bandwidth e_u) and the client
   round's."""
   data_type = compact_tables.data_type()
+  if client_round.keeps_trained_rows:
+    # Which of its trained rows each user keeps (`personal_rows.kept_rows`).
+    data_type['kept_rows'] = tff.TensorType(np.int32, [None, None])
+    data_type['num_kept_rows'] = tff.TensorType(np.int32, [None])
   data_type.update(exchange.data_type_fields())
   data_type.update(client_round.data_fields(embedding_dim))
   return data_type
@@ -318,7 +323,11 @@ def build_client_work(
           new_global[key], start[key],
       )
     if client_round.keeps_trained_rows:
-      personal_ids, personal_rows = data['row_ids'], trained_rows
+      # Only the rows the program keeps leave the worker.
+      personal_ids = tf.gather(data['row_ids'], data['kept_rows'],
+                               batch_dims=1)
+      personal_rows = tf.gather(trained_rows, data['kept_rows'],
+                                batch_dims=1)
     else:
       personal_ids = tf.zeros([num_users, 0], tf.int32)
       personal_rows = tf.zeros([num_users, 0, spec.embedding_dim], tf.float32)

@@ -179,12 +179,22 @@ def _run_round(
   new_server_state, metrics = user_groups.run_round(
       process, server_state, store, np.arange(3),
       sizes=[len(d['items']) for d in client_data],
-      make_group_data=lambda positions: compact_tables.group_client_data(
-          [client_data[p] for p in positions]),
+      make_group_data=lambda positions: _group_data(
+          [client_data[p] for p in positions], config),
       users_per_group=users_per_group,
   )
   return (params, server_state, client_states, client_data,
           new_server_state, store.get([0, 1, 2]), metrics)
+
+
+def _group_data(user_data, config):
+  """A group's compact tables; users that keep their trained rows keep all
+  of them (`personal_rows.kept_rows`)."""
+  data = compact_tables.group_client_data(user_data)
+  if config.dual_personalization:
+    data.update(personal_rows.kept_rows(
+        data['row_ids'], data['num_rows'], [None] * len(user_data)))
+  return data
 
 
 def _names(struct_type):
@@ -227,7 +237,8 @@ def test_type_signature():
   assert local_out.is_equivalent_to(clients_in.member)
   assert _names(clients_in.member) == ['score_layers']
   assert _names(data_in.member) == [
-      'row_ids', 'num_rows', 'items', 'labels', 'num_examples', 'seeds'
+      'row_ids', 'num_rows', 'items', 'labels', 'num_examples', 'seeds',
+      'kept_rows', 'num_kept_rows',
   ]
   assert _names(metrics_out.member) == [
       'train_loss', 'num_examples', 'client_work', 'aggregator',

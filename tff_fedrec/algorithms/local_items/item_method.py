@@ -182,6 +182,14 @@ class ItemTableMethod(method.Method):
     )
 
   def on_device_user_model(self, server_state, store, user):
+    if not store.has_whole_rows([user])[0]:
+      raise ValueError(
+          f'User index {user} holds only the fine-tuned item rows the '
+          'protocol scores it on: a user keeps all of them in its last '
+          'round of the run, and this checkpoint is from before it. Train '
+          'the run to its last round (run train again with the same '
+          '--root_dir and --rounds) before exporting per-user models.'
+      )
     global_params = _numpy(self.global_parameters(server_state))
     return on_device_user_model(
         self.spec, global_params, store, user,
@@ -208,6 +216,10 @@ class LocalItemMethod(ItemTableMethod):
     process: `client_training.build_process`'s process.
     num_users: The users of the store.
     client_round: The method's `client_training.ClientRound`.
+    scored_items: `method.RunData.scored_items`: with it, a user keeps
+      between rounds only the fine-tuned rows it is scored by, and all of
+      them in its last round of the run (`personal_rows.kept_rows`,
+      `method.RoundInput.last_round_users`).
   """
 
   spec: models.RecommenderSpec
@@ -217,6 +229,7 @@ class LocalItemMethod(ItemTableMethod):
   process: tff.templates.IterativeProcess
   num_users: int
   client_round: client_training.ClientRound
+  scored_items: Optional[tuple[np.ndarray, np.ndarray]] = None
 
   @property
   def initial_client_state(self):
@@ -283,10 +296,16 @@ class LocalItemMethod(ItemTableMethod):
           self.global_parameters(server_state)['item_embedding'],
       )
 
+    kept_items = self._kept_items(store, round_input)
+
     def group_data(positions):
       data = compact_tables.group_client_data(
           [round_input.user_data[p] for p in positions]
       )
+      if self.client_round.keeps_trained_rows:
+        data.update(personal_rows.kept_rows(
+            data['row_ids'], data['num_rows'],
+            [kept_items(p) for p in positions]))
       for key, values in fields.items():
         data[key] = values[positions]
       data.update(self.group_data_fields(store, users[positions], data))
@@ -310,6 +329,26 @@ class LocalItemMethod(ItemTableMethod):
         **{f'downlink_{key}': float(value)
            for key, value in metrics['distributor'].items()},
     }
+
+  def _kept_items(self, store, round_input):
+    """The items whose fine-tuned rows the round's user at a position
+    keeps: its scored items (ascending), or None for all, in its last
+    round of the run or when the protocol may score any item or the store
+    trains from the rows."""
+    last = round_input.last_round_users
+    if (self.scored_items is None or last is None
+        or store.trains_from_rows):
+      return lambda position: None
+    offsets, items = self.scored_items
+    users = np.asarray(round_input.users)
+
+    def kept_items(position):
+      if last[position]:
+        return None
+      user = users[position]
+      return items[offsets[user] : offsets[user + 1]]
+
+    return kept_items
 
   def config_summary(self) -> dict:
     return {
@@ -360,4 +399,5 @@ def build_method(
       ),
       num_users=data.num_users,
       client_round=client_round,
+      scored_items=data.scored_items,
   )

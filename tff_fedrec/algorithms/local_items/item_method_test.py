@@ -47,7 +47,7 @@ def _run_data():
                         np.concatenate(items)), items
 
 
-def _round_input(round_num, users, items):
+def _round_input(round_num, users, items, last_round_users=None):
   rng = np.random.default_rng(round_num + 1)
   user_data = []
   for user in users:
@@ -59,20 +59,28 @@ def _round_input(round_num, users, items):
         seed=np.array([round_num, user], np.int64),
     ))
   return method.RoundInput(round_num=round_num, users=np.asarray(users),
-                           user_data=user_data, examples=None, seed=0)
+                           user_data=user_data, examples=None, seed=0,
+                           last_round_users=last_round_users)
 
 
-def _train(built, rounds, items):
-  """Runs `rounds` (lists of users); returns the store, the final state and
-  the global item table at the start of every round and after the last."""
+def _train(built, rounds, items, last_round_users=None, on_round=None):
+  """Runs `rounds` (lists of users; `last_round_users` a bool list per
+  round, or None) and calls `on_round(store, state)` after each; returns
+  the store, the final state and the global item table at the start of
+  every round and after the last."""
   store = built.initial_store()
   state = built.process.initialize()
   tables = []
   for round_num, users in enumerate(rounds):
     tables.append(np.array(built.global_parameters(state)['item_embedding']))
     state = built.run_round(
-        state, store, _round_input(round_num, users, items)
+        state, store, _round_input(
+            round_num, users, items,
+            None if last_round_users is None
+            else np.array(last_round_users[round_num]))
     ).server_state
+    if on_round is not None:
+      on_round(store, state)
   tables.append(np.array(built.global_parameters(state)['item_embedding']))
   return store, state, tables
 
@@ -165,3 +173,90 @@ def test_unknown_untrained_item_rows_is_refused():
   with pytest.raises(ValueError, match='untrained_item_rows must be one of'):
     client_training.ClientTrainingConfig(untrained_item_rows='latest')
 
+
+
+def _scored_items(seed=3, per_user=8):
+  """CSR of `per_user` random items per user, ascending."""
+  rng = np.random.default_rng(seed)
+  items = [np.sort(rng.choice(_NUM_ITEMS, per_user, replace=False))
+           for _ in range(_NUM_USERS)]
+  return (np.arange(_NUM_USERS + 1) * per_user, np.concatenate(items)), items
+
+
+def test_between_its_rounds_a_user_keeps_only_the_rows_it_is_scored_by():
+  """A run of three rounds stopped after two, as a killed run: users 1
+  and 2 train again in round 2, so after round 1 they hold only their
+  fine-tuned rows of the items the protocol scores; 0 and 3 (round 1 is
+  their last) hold all of theirs. Scores of the scored items are those of
+  a run that keeps every row, bit for bit, after every round."""
+  data, items = _run_data()
+  scored, scored_per_user = _scored_items()
+  kept_all = pfedrec.build_pfedrec(data=data, seed=0, embedding_dim=_DIM,
+                                   training=_TRAINING)
+  kept_scored = pfedrec.build_pfedrec(
+      data=dataclasses.replace(data, scored_items=scored), seed=0,
+      embedding_dim=_DIM, training=_TRAINING)
+  candidates = np.stack(scored_per_user)
+  examples = method.CandidateItems(np.arange(_NUM_USERS), candidates)
+  scores = {id(kept_all): [], id(kept_scored): []}
+
+  def recorder(built):
+    return lambda store, state: scores[id(built)].append(
+        built.score(state, store, examples))
+
+  full_store, full_state, _ = _train(kept_all, _ROUNDS, items,
+                                     on_round=recorder(kept_all))
+  store, state, _ = _train(
+      kept_scored, _ROUNDS, items,
+      last_round_users=[[False, False, False], [True, True]],
+      on_round=recorder(kept_scored))
+
+  for got, expected in zip(scores[id(kept_scored)], scores[id(kept_all)]):
+    np.testing.assert_array_equal(got, expected)
+  np.testing.assert_array_equal(store.has_whole_rows(range(_NUM_USERS)),
+                                [True, False, False, True])
+  for user in range(_NUM_USERS):
+    everything = full_store.get([user])[0]
+    mine = store.get([user])[0]
+    wanted = (np.ones(everything['personal_item_ids'].shape, bool)
+              if user in (0, 3) else
+              np.isin(everything['personal_item_ids'],
+                      scored_per_user[user]))
+    np.testing.assert_array_equal(mine['personal_item_ids'],
+                                  everything['personal_item_ids'][wanted])
+    np.testing.assert_array_equal(mine['personal_item_rows'],
+                                  everything['personal_item_rows'][wanted])
+  # Users 1 and 2 trained items outside their scored ones: rows were left.
+  assert sum(store.get([u])[0]['personal_item_ids'].size for u in (1, 2)) < (
+      sum(full_store.get([u])[0]['personal_item_ids'].size for u in (1, 2)))
+  # A phone's model needs every row: user 0's is the full run's, user 1's
+  # is refused with the fix.
+  np.testing.assert_array_equal(
+      kept_scored.on_device_user_model(state, store, 0).params[
+          'item_embedding'],
+      kept_all.on_device_user_model(full_state, full_store, 0).params[
+          'item_embedding'])
+  with pytest.raises(ValueError, match='Train the run to its last round'):
+    kept_scored.on_device_user_model(state, store, 1)
+  # The marks survive a checkpoint.
+  restored = kept_scored.initial_store()
+  restored.load_arrays(store.to_arrays())
+  np.testing.assert_array_equal(restored.has_whole_rows(range(_NUM_USERS)),
+                                [True, False, False, True])
+
+
+def test_without_last_round_marks_every_user_keeps_all_its_rows():
+  data, items = _run_data()
+  scored, _ = _scored_items()
+  built = pfedrec.build_pfedrec(
+      data=dataclasses.replace(data, scored_items=scored), seed=0,
+      embedding_dim=_DIM, training=_TRAINING)
+  reference = pfedrec.build_pfedrec(data=data, seed=0, embedding_dim=_DIM,
+                                    training=_TRAINING)
+  store, _, _ = _train(built, _ROUNDS, items)
+  full_store, _, _ = _train(reference, _ROUNDS, items)
+  assert store.has_whole_rows(range(_NUM_USERS)).all()
+  for user in range(_NUM_USERS):
+    np.testing.assert_array_equal(
+        store.get([user])[0]['personal_item_ids'],
+        full_store.get([user])[0]['personal_item_ids'])

@@ -18,8 +18,16 @@ parameters and the item rows it fine-tuned, over a generic
                      round, over one shared initial table (APFR-GKD's
                      `own_model`, FedRAP's D^(i)).
 
+Between a user's rounds its fine-tuned rows serve only to score it, so a
+round may keep just the rows of the items the protocol scores the user on
+(`kept_rows`; PFedRec ML-100K under leave-one-out: about a fifth of them),
+which is what crosses from the TFF worker to the program and what the
+store holds; a user's last round of the run keeps them all, as a phone's
+model (export) has every row. The store marks whose rows are whole.
+
 Checkpoints (`to_arrays`) are the base store's arrays plus the start
-tables stacked [K, N, d] with their rounds [K] and each user's round [U].
+tables stacked [K, N, d] with their rounds [K], each user's round [U] and
+whether its rows are whole [U].
 
 Example (two users, no personal rows yet):
   >>> store = PersonalRowsStore(2, collections.OrderedDict(
@@ -42,11 +50,46 @@ _IDS = 'personal_item_ids'
 _ROWS = 'personal_item_rows'
 
 
+def kept_rows(row_ids: np.ndarray, num_rows: np.ndarray,
+              scored: Sequence[Optional[np.ndarray]]
+              ) -> collections.OrderedDict:
+  """Which trained rows each user of a group keeps: for user u (compact
+  table `row_ids` [U, T] of `num_rows` [U] real rows), the positions of
+  the rows whose items are in `scored[u]` (ascending item ids), or of all
+  its rows if `scored[u]` is None.
+
+  Returns `OrderedDict(kept_rows int32 [U, K] (ascending positions, padded
+  with 0), num_kept_rows int32 [U])`, client data of the local-item
+  process (`client_training.client_data_type`).
+  """
+  positions = []
+  for ids, count, items in zip(row_ids, num_rows, scored, strict=True):
+    count = int(count)
+    if items is None:
+      positions.append(np.arange(count, dtype=np.int32))
+      continue
+    items = np.asarray(items)
+    where = np.minimum(np.searchsorted(items, ids[:count]),
+                       max(items.size - 1, 0))
+    found = (items[where] == ids[:count]) if items.size else np.zeros(
+        [count], bool)
+    positions.append(np.flatnonzero(found).astype(np.int32))
+  counts = np.array([p.size for p in positions], np.int32)
+  padded = np.zeros([len(positions), int(counts.max(initial=0))], np.int32)
+  for index, kept in enumerate(positions):
+    padded[index, : kept.size] = kept
+  return collections.OrderedDict(kept_rows=padded, num_kept_rows=counts)
+
+
 class PersonalRowsStore(client_state_store.ClientStateStore):
   """Client states of `num_users` users, all starting at `initial_state`,
   one user's `OrderedDict(local_parameters=..., personal_item_ids=
   int32[0], personal_item_rows=float32[0, d])` (as
   `client_training.initial_client_state` makes it)."""
+
+  # Whether a later round trains from the rows kept (then every round
+  # keeps them all), or they only score the user.
+  trains_from_rows = False
 
   def __init__(self, num_users: int, initial_state: collections.OrderedDict):
     super().__init__(
@@ -61,6 +104,9 @@ class PersonalRowsStore(client_state_store.ClientStateStore):
     self._start_round = np.full([num_users], -1, np.int64)
     self._start_tables = {}
     self._users_per_start_table = {}
+    # Whether each user holds every row it fine-tuned in its last round
+    # (module docstring); a user that has not trained holds none to miss.
+    self._whole_rows = np.ones([num_users], bool)
 
   def get(self, users: Sequence[int]) -> list[collections.OrderedDict]:
     """The client states of `users`, in order (local parameters and rows)."""
@@ -83,13 +129,16 @@ class PersonalRowsStore(client_state_store.ClientStateStore):
 
   def put_group(self, users: np.ndarray, group_state, group_data) -> None:
     """Stores a group's state as a process returned it: `OrderedDict(
-    local_parameters [U, ...], personal_item_ids [U, T],
-    personal_item_rows [U, T, d])`, of which user u keeps its first
-    group_data['num_rows'][u] rows."""
+    local_parameters [U, ...], personal_item_ids [U, K],
+    personal_item_rows [U, K, d])`, of which user u keeps its first
+    group_data['num_kept_rows'][u] rows (`kept_rows`; without that field,
+    its first group_data['num_rows'][u]: all it trained)."""
     ids = np.asarray(group_state[_IDS])
     rows = np.asarray(group_state[_ROWS])
-    counts = [min(int(count), ids.shape[1])
-              for count in np.asarray(group_data['num_rows'])]
+    trained = np.asarray(group_data['num_rows'])
+    kept = np.asarray(group_data.get('num_kept_rows', trained))
+    counts = [min(int(count), ids.shape[1]) for count in kept]
+    self._whole_rows[np.asarray(users, np.int64)] = kept == trained
     self.put_local_parameters(users, group_state['local_parameters'])
     self.put_ragged(_IDS, users, [ids[u, :n] for u, n in enumerate(counts)])
     self.put_ragged(_ROWS, users, [rows[u, :n] for u, n in enumerate(counts)])
@@ -141,6 +190,11 @@ class PersonalRowsStore(client_state_store.ClientStateStore):
         self._users_per_start_table.get(round_num, 0) + users.size
     )
 
+  def has_whole_rows(self, users) -> np.ndarray:
+    """bool [len(users)]: whether each user holds every row it fine-tuned
+    in its last round (not only the ones the protocol scores)."""
+    return self._whole_rows[np.asarray(users, np.int64)].copy()
+
   @property
   def num_start_tables(self) -> int:
     return len(self._start_tables)
@@ -159,11 +213,16 @@ class PersonalRowsStore(client_state_store.ClientStateStore):
     if start_vectors is not None:
       vectors = np.array(start_vectors, np.float32)
     else:
-      vectors = item_embedding[items]
       starts = self._start_round[np.asarray(users, np.int64)]
-      for round_num in np.unique(starts[starts >= 0]):
-        mine = starts == round_num
-        vectors[mine] = self._start_tables[int(round_num)][items[mine]]
+      tables = np.unique(starts)
+      if tables.size == 1 and tables[0] >= 0:
+        # Every user started from one table (all users every round).
+        vectors = self._start_tables[int(tables[0])][items]
+      else:
+        vectors = item_embedding[items]
+        for round_num in tables[tables >= 0]:
+          mine = starts == round_num
+          vectors[mine] = self._start_tables[int(round_num)][items[mine]]
     self._write_personal_rows(np.asarray(users, np.int64), items, vectors)
     return vectors
 
@@ -179,6 +238,7 @@ class PersonalRowsStore(client_state_store.ClientStateStore):
     arrays = super().to_arrays()
     rounds = sorted(self._start_tables)
     dim = np.shape(self.ragged(_ROWS, [0])[0])[1]
+    arrays['whole_rows'] = self._whole_rows.copy()
     arrays['start_round'] = self._start_round.copy()
     arrays['start_table_rounds'] = np.array(rounds, np.int64)
     arrays['start_tables'] = (
@@ -190,15 +250,19 @@ class PersonalRowsStore(client_state_store.ClientStateStore):
   def load_arrays(self, arrays) -> None:
     super().load_arrays(arrays)
     start_round = np.asarray(arrays['start_round'], np.int64)
+    whole_rows = np.asarray(arrays['whole_rows'], bool)
     rounds = np.asarray(arrays['start_table_rounds'], np.int64)
     tables = np.asarray(arrays['start_tables'], np.float32)
-    if start_round.shape != (self.num_users,) or len(tables) != rounds.size:
+    if (start_round.shape != (self.num_users,)
+        or whole_rows.shape != (self.num_users,)
+        or len(tables) != rounds.size):
       raise ValueError(
           'Checkpointed client states do not match this model: start '
-          f'rounds of {start_round.shape} users (expected '
-          f'{self.num_users}), {len(tables)} start tables for '
-          f'{rounds.size} rounds.'
+          f'rounds of {start_round.shape} users and whole-row marks of '
+          f'{whole_rows.shape} (expected {self.num_users}), {len(tables)} '
+          f'start tables for {rounds.size} rounds.'
       )
+    self._whole_rows = whole_rows.copy()
     self._start_round = start_round.copy()
     self._start_tables = {
         int(r): table.copy() for r, table in zip(rounds, tables)
@@ -232,6 +296,8 @@ class OwnTableStore(PersonalRowsStore):
     >>> store = OwnTableStore(num_users, initial_state, initial_table)
     >>> store.table_vectors(np.array([0]), np.array([[3, 5]]))  # [1, 2, d]
   """
+
+  trains_from_rows = True
 
   def __init__(self, num_users: int, initial_state: collections.OrderedDict,
                initial_table: np.ndarray, *,
@@ -276,6 +342,13 @@ class OwnTableStore(PersonalRowsStore):
     d])`, of which user u trained its first group_data['num_rows'][u]
     rows."""
     num_rows = group_data['num_rows']
+    if 'num_kept_rows' in group_data and not np.array_equal(
+        group_data['num_kept_rows'], num_rows):
+      raise ValueError(
+          'Users that train from their own rows keep every row they '
+          'trained; this group kept fewer (kept_rows of a store whose '
+          'trains_from_rows is False).'
+      )
     ids = np.asarray(group_state['personal_item_ids'])
     rows = np.asarray(group_state['personal_item_rows'])
     local = tf.nest.map_structure(np.asarray, group_state['local_parameters'])

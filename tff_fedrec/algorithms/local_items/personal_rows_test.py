@@ -5,6 +5,7 @@ import collections
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from tff_fedrec.algorithms.local_items import personal_rows
 
@@ -521,3 +522,55 @@ def test_own_tables_merge_rounds_over_the_initial_table():
       restored.table_vectors(np.arange(3), np.tile(np.arange(6), [3, 1])),
       vectors)
   assert restored.bytes_per_user() == store.bytes_per_user()
+
+
+def test_kept_rows_are_the_positions_of_the_scored_items():
+  rng = np.random.default_rng(4)
+  row_ids, counts, scored = [], [], []
+  for user in range(5):
+    ids = np.sort(rng.choice(30, rng.integers(1, 9), replace=False))
+    row_ids.append(np.pad(ids, (0, 8 - ids.size)))
+    counts.append(ids.size)
+    scored.append(None if user == 3 else
+                  np.array([], np.int64) if user == 4 else
+                  np.sort(rng.choice(30, 12, replace=False)))
+  row_ids = np.stack(row_ids).astype(np.int32)
+
+  got = personal_rows.kept_rows(row_ids, np.array(counts), scored)
+
+  for user, (ids, count, items) in enumerate(zip(row_ids, counts, scored)):
+    expected = (np.arange(count) if items is None
+                else np.flatnonzero(np.isin(ids[:count], items)))
+    n = got['num_kept_rows'][user]
+    assert n == expected.size
+    np.testing.assert_array_equal(got['kept_rows'][user, :n], expected)
+    assert not got['kept_rows'][user, n:].any()
+  assert got['kept_rows'].shape[1] == got['num_kept_rows'].max()
+  # Padding ids (0) are never kept, even when item 0 is scored.
+  padded = personal_rows.kept_rows(np.array([[5, 0, 0]], np.int32),
+                                   np.array([1]), [np.array([0, 5])])
+  np.testing.assert_array_equal(padded['num_kept_rows'], [1])
+
+
+def test_a_group_keeping_fewer_rows_than_it_trained_marks_its_users():
+  store = personal_rows.PersonalRowsStore(_NUM_USERS, _initial_state())
+  state = _state(0, [1, 3])
+  group_state = collections.OrderedDict(
+      local_parameters=tf.nest.map_structure(
+          lambda leaf: np.stack([leaf, leaf]), state['local_parameters']),
+      personal_item_ids=np.array([[1, 3], [2, 0]], np.int32),
+      personal_item_rows=np.zeros([2, 2, _DIM], np.float32),
+  )
+  # User 2 trained 4 rows and kept 2; user 1 kept the 1 it trained.
+  store.put_group(np.array([2, 1]), group_state, {
+      'num_rows': np.array([4, 1]), 'num_kept_rows': np.array([2, 1])})
+  np.testing.assert_array_equal(store.has_whole_rows(range(_NUM_USERS)),
+                                [True, True, False, True])
+  np.testing.assert_array_equal(store.get([2])[0]['personal_item_ids'],
+                                [1, 3])
+  # A store whose users train from their rows refuses to lose any.
+  own, _ = _own_table_store()
+  state, counts = _round_state([[1, 4]], [np.full([2, 2], -1.0)])
+  with pytest.raises(ValueError, match='keep every row they trained'):
+    own.put_group(np.array([0]), state, {
+        'num_rows': counts, 'num_kept_rows': counts - 1})
