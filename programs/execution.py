@@ -39,6 +39,7 @@ import tensorflow_federated as tff
 
 from tff_fedrec.programs import loopback_bind
 from tff_fedrec.programs import worker_processes
+from tff_fedrec.templates import cohorts
 
 _PR_SET_PDEATHSIG = 1
 _GRPC_MAX_MESSAGE_BYTES = 2 * 1000 * 1000 * 1000
@@ -510,7 +511,8 @@ def worker_execution_context(
   exits, also on exceptions and KeyboardInterrupt; SIGTERM is turned into
   SystemExit so that it stops too. If the worker dies inside the block,
   `WorkerDiedError` is raised in the main thread, interrupting a computation
-  that would otherwise wait for it forever.
+  that would otherwise wait for it forever. Rounds in cohorts take a second
+  lane through a second context on the worker (`cohorts.allow_two_lanes`).
   """
   process, port = start_worker(log_path=log_path)
 
@@ -524,7 +526,11 @@ def worker_execution_context(
     )
 
   try:
-    context = make_remote_context(f'127.0.0.1:{port}')
+    address = f'127.0.0.1:{port}'
+    context = make_remote_context(address)
+    # Rounds in cohorts may run a second cohort through a second context
+    # on this worker (`cohorts.allow_two_lanes`).
+    cohorts.allow_two_lanes(context, lambda: make_remote_context(address))
     with _default_context_watched(context, check, poll_seconds):
       yield process.pid
   finally:

@@ -1,6 +1,7 @@
 """`cohorts`: a round in cohorts is the round, against numpy."""
 
 import collections
+import threading
 
 import numpy as np
 import pytest
@@ -113,3 +114,55 @@ def test_a_server_step_with_dependent_aggregations_is_refused_clearly():
       _initialize, _client_step, _dependent_server_step)
   with pytest.raises(cohorts.CohortsUnsupportedError, match='--cohort_size'):
     cohorts.cohort_round(process)
+
+
+def _cohorts(sizes, seed=0):
+  rng = np.random.default_rng(seed)
+  locals_ = list(rng.normal(size=sum(sizes)).astype(np.float32))
+  data = list(rng.uniform(0.5, 2.0, size=sum(sizes)).astype(np.float32))
+  starts = np.cumsum([0, *sizes])
+  return [(locals_[a:b], data[a:b]) for a, b in zip(starts, starts[1:])]
+
+
+@pytest.mark.parametrize('sizes', [[3, 3, 1], [1] * 7, [2] * 5])
+def test_two_lanes_give_one_lane_s_round_to_the_bit(sizes):
+  """Cohorts are stored in order, from the calling thread, and merged in
+  order: the same state and client states as one lane, bit for bit."""
+  cohort_list = _cohorts(sizes)
+  runs = {}
+  with execution.worker_execution_context():
+    for lanes in (1, 2):
+      stored, threads = [], set()
+
+      def put_results(index, cohort_data, new_locals, stored=stored,
+                      threads=threads):
+        threads.add(threading.get_ident())
+        stored.append((index, np.asarray(new_locals)))
+
+      state, metrics = cohorts.run_round(
+          _PROCESS, np.float32(0.5), iter(cohort_list), put_results,
+          lanes=lanes)
+      assert [index for index, _ in stored] == list(range(len(sizes)))
+      assert threads == {threading.get_ident()}
+      runs[lanes] = (state, metrics, np.concatenate([s for _, s in stored]))
+  np.testing.assert_array_equal(runs[1][2], runs[2][2])
+  assert runs[1][0] == runs[2][0] and runs[1][1] == runs[2][1]
+
+
+def test_a_cohort_s_error_is_raised_and_no_later_cohort_is_stored():
+  cohort_list = _cohorts([2] * 6)
+  # The fourth cohort's data is not float32: its step fails in either lane.
+  cohort_list[3] = (cohort_list[3][0], [np.array('x'), np.array('y')])
+  stored = []
+  with execution.worker_execution_context():
+    with pytest.raises(TypeError, match='Failed to serialize'):
+      cohorts.run_round(
+          _PROCESS, np.float32(0.5), iter(cohort_list),
+          lambda index, *_: stored.append(index), lanes=2)
+  assert stored == list(range(len(stored))) and len(stored) <= 3
+
+
+def test_two_lanes_need_a_context_that_allows_them():
+  with pytest.raises(ValueError, match='allows one lane'):
+    cohorts.run_round(_PROCESS, np.float32(0.5), iter(_cohorts([1])),
+                      lambda *_: None, lanes=2)
