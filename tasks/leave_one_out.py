@@ -140,12 +140,10 @@ class LeaveOneOut(protocol.Protocol):
     candidates = np.concatenate([
         data.val_items[:, None], data.val_negatives,
         data.test_items[:, None], data.test_negatives,
-    ], axis=1).astype(np.int64)
-    candidates.sort(axis=1)
-    distinct = np.ones(candidates.shape, bool)
-    distinct[:, 1:] = candidates[:, 1:] != candidates[:, :-1]
-    offsets = np.concatenate([[0], np.cumsum(distinct.sum(axis=1))])
-    return offsets.astype(np.int64), candidates[distinct]
+    ], axis=1)
+    return preprocessing.distinct_items_per_user(
+        np.arange(data.num_users + 1) * candidates.shape[1],
+        candidates.reshape(-1), data.num_items)
 
   def _scores(self, method, server_state, store, split: str):
     positives = getattr(self.data, f'{split}_items')

@@ -20,7 +20,7 @@ parameters and the item rows it fine-tuned, over a generic
 
 Between a user's rounds its fine-tuned rows serve only to score it, so a
 round may keep just the rows of the items the protocol scores the user on
-(`kept_rows`; PFedRec ML-100K under leave-one-out: about a fifth of them),
+(`kept_rows`; PFedRec ML-100K under leave-one-out: about a tenth of them),
 which is what crosses from the TFF worker to the program and what the
 store holds; a user's last round of the run keeps them all, as a phone's
 model (export) has every row. The store marks whose rows are whole.
@@ -45,6 +45,7 @@ import numpy as np
 import tensorflow as tf
 
 from tff_fedrec import client_state_store
+from tff_fedrec.templates import user_groups
 
 _IDS = 'personal_item_ids'
 _ROWS = 'personal_item_rows'
@@ -62,23 +63,15 @@ def kept_rows(row_ids: np.ndarray, num_rows: np.ndarray,
   with 0), num_kept_rows int32 [U])`, client data of the local-item
   process (`client_training.client_data_type`).
   """
-  positions = []
-  for ids, count, items in zip(row_ids, num_rows, scored, strict=True):
-    count = int(count)
-    if items is None:
-      positions.append(np.arange(count, dtype=np.int32))
-      continue
-    items = np.asarray(items)
-    where = np.minimum(np.searchsorted(items, ids[:count]),
-                       max(items.size - 1, 0))
-    found = (items[where] == ids[:count]) if items.size else np.zeros(
-        [count], bool)
-    positions.append(np.flatnonzero(found).astype(np.int32))
-  counts = np.array([p.size for p in positions], np.int32)
-  padded = np.zeros([len(positions), int(counts.max(initial=0))], np.int32)
-  for index, kept in enumerate(positions):
-    padded[index, : kept.size] = kept
-  return collections.OrderedDict(kept_rows=padded, num_kept_rows=counts)
+  positions = [
+      np.arange(int(count)) if items is None
+      else np.flatnonzero(np.isin(ids[: int(count)], items))
+      for ids, count, items in zip(row_ids, num_rows, scored, strict=True)
+  ]
+  return collections.OrderedDict(
+      kept_rows=user_groups.pad_rows(positions, np.int32),
+      num_kept_rows=np.array([p.size for p in positions], np.int32),
+  )
 
 
 class PersonalRowsStore(client_state_store.ClientStateStore):
