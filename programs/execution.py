@@ -99,7 +99,7 @@ def start_worker(
         stdin=subprocess.DEVNULL,
         stdout=log,
         stderr=log,
-        env=environment,
+        env=worker_processes.worker_environment(environment),
     )
   _wait_for_exec(process)
   return process, port

@@ -191,7 +191,7 @@ def test_an_address_that_closes_every_connection_fails_before_the_timeout(
     listener.close()
 
 
-def test_a_local_worker_listens_on_loopback_only():
+def test_a_local_worker_listens_on_loopback_only_with_two_malloc_arenas():
   # worker_binary binds [::] on its own: every interface, for a whole run.
   process, port = execution.start_worker()
   try:
@@ -201,6 +201,9 @@ def test_a_local_worker_listens_on_loopback_only():
       time.sleep(0.05)
     assert loopback_bind.listening_addresses(process.pid, port) == {
         '127.0.0.1'}
+    # And with two malloc arenas (`worker_processes.worker_environment`).
+    with open(f'/proc/{process.pid}/environ', 'rb') as f:
+      assert b'MALLOC_ARENA_MAX=2' in f.read().split(b'\0')
     context = execution.make_remote_context(f'127.0.0.1:{port}')
     with tff.framework.get_context_stack().install(context):
       assert _add_one(np.float32(1.0)) == 2.0

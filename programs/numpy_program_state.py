@@ -6,7 +6,12 @@ resident: measured on Standalone's ML-1M store (4.1 GB), the program grew
 from 4.8 GB to 9.0 GB after one save and to 13.0 GB after three, and neither
 `gc.collect()` nor `malloc_trim` gave it back. This manager writes each leaf
 of the (flattened) program state with `np.save` instead: no copy beyond the
-file, and the files load without TensorFlow.
+file, and the files load without TensorFlow. A leaf that writes itself
+(`write_npy(file)`, as `tff_fedrec.csr.ValuesInPieces` does) is written so,
+not first made one array; `load` gives read-only memory maps of the files,
+so a loaded state costs memory only for what its reader copies out of it
+(the client-state store copies each user's part once; a full read made one
+more copy of gigabytes of client state at every resume).
 
 Layout: <root_dir>/program_state_<version>/<index>.npy, one file per leaf in
 `tf.nest.flatten` order of the state, and format.json, the layout's format
@@ -109,7 +114,7 @@ class NumpyProgramStateManager(tff.program.ProgramStateManager):
     arrays = []
     for file in files:
       try:
-        arrays.append(np.load(file, allow_pickle=False))
+        arrays.append(np.load(file, mmap_mode='r', allow_pickle=False))
       except (OSError, ValueError, EOFError) as error:
         raise UnreadableCheckpointError(
             f'{file} cannot be read ({error}).') from None
@@ -131,7 +136,8 @@ class NumpyProgramStateManager(tff.program.ProgramStateManager):
         for name in sorted(os.listdir(path)):
           if name.endswith('.npy'):
             try:
-              np.load(os.path.join(path, name), allow_pickle=False)
+              np.load(os.path.join(path, name), mmap_mode='r',
+                      allow_pickle=False)
             except (OSError, ValueError, EOFError) as error:
               raise UnreadableCheckpointError(
                   f'{os.path.join(path, name)} cannot be read ({error}).'
@@ -178,7 +184,10 @@ class NumpyProgramStateManager(tff.program.ProgramStateManager):
     os.makedirs(temporary)
     for index, leaf in enumerate(tf.nest.flatten(program_state)):
       with open(os.path.join(temporary, f'{index}.npy'), 'wb') as f:
-        np.save(f, np.asarray(leaf), allow_pickle=False)
+        if hasattr(leaf, 'write_npy'):
+          leaf.write_npy(f)  # e.g. csr.ValuesInPieces: no copy of it made.
+        else:
+          np.save(f, np.asarray(leaf), allow_pickle=False)
         f.flush()
         os.fsync(f.fileno())
     with open(os.path.join(temporary, _FORMAT_FILE), 'w') as f:

@@ -4,6 +4,7 @@ import collections
 import numpy as np
 import pytest
 
+from tff_fedrec import csr
 from tff_fedrec.programs import numpy_program_state
 
 
@@ -33,6 +34,22 @@ def test_saves_and_loads_the_latest_version_exactly(tmp_path):
                                 np.full([3, 4], -3.0))
   assert state['server']['round_num'].dtype == np.int32
   assert str(state['history']) == '{"rounds": [1, 2]}'
+
+
+def test_a_leaf_in_pieces_is_written_whole_and_loads_as_read_only_maps(
+    tmp_path):
+  manager = numpy_program_state.NumpyProgramStateManager(str(tmp_path))
+  rows = [np.full([2, 3], 1.0, np.float32), np.zeros([0, 3], np.float32),
+          np.full([1, 3], 2.0, np.float32)]
+  state = collections.OrderedDict(
+      next_round=np.int64(4), rows=csr.ValuesInPieces(rows))
+  asyncio.run(manager.save(state, 4))
+  loaded, version = asyncio.run(manager.load_latest(state))
+  assert version == 4
+  np.testing.assert_array_equal(loaded['rows'], np.concatenate(rows))
+  # Maps of the files: a reader copies what it keeps, nothing is written.
+  assert isinstance(loaded['rows'], np.memmap)
+  assert not loaded['rows'].flags.writeable
 
 
 def test_a_killed_save_leaves_the_previous_version_loadable(tmp_path):

@@ -75,11 +75,12 @@ _TEMPORARY = re.compile(r'\.(.+)\.[^.]+\.tmp')
 _NAMED = 8
 # How long the run is and where and how it executes: the same run either
 # way (`users_per_tff_client` groups users without changing results;
-# `cohort_size` changes them only by float rounding).
+# `cohort_size` and `cohort_state_mb` change them only by float rounding).
 RESUMABLE_FLAGS = frozenset({
     'rounds', 'eval_every', 'checkpoint_every', 'max_worker_restarts',
     'executor', 'workers', 'worker_timeout_seconds', 'allow_insecure_remote',
-    'users_per_tff_client', 'cohort_size', 'cache_dir', 'root_dir',
+    'users_per_tff_client', 'cohort_size', 'cohort_state_mb', 'cache_dir',
+    'root_dir',
 })
 
 

@@ -43,6 +43,7 @@ from tff_fedrec.algorithms import method as method_lib
 from tff_fedrec.programs import interrupts
 from tff_fedrec.programs import numpy_program_state
 from tff_fedrec.tasks import protocol as protocol_lib
+from tff_fedrec.templates import cohorts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +58,9 @@ class LoopConfig:
     users_per_client: Users one TFF client simulates (`user_groups`).
     cohort_size: At most this many users train at once (`cohorts`); None:
       all of a round's users.
+    cohort_state_bytes: None, or fewer users than `cohort_size` train at
+      once when their client state would pass this many bytes
+      (`cohorts.bounded_cohort_size`, from the store's mean at each round).
   """
 
   rounds: int
@@ -64,10 +68,11 @@ class LoopConfig:
   checkpoint_every: int = 1
   users_per_client: int = 1
   cohort_size: Optional[int] = None
+  cohort_state_bytes: Optional[int] = None
 
   def __post_init__(self):
     for name in ('rounds', 'eval_every', 'checkpoint_every',
-                 'users_per_client', 'cohort_size'):
+                 'users_per_client', 'cohort_size', 'cohort_state_bytes'):
       value = getattr(self, name)
       if value is not None and value < 1:
         raise ValueError(f'{name} must be at least 1; got {value}.')
@@ -250,7 +255,9 @@ class TrainingRun:
     return collections.OrderedDict(
         next_round=np.int64(self.next_round),
         server_state=self.server_state,
-        client_states=self.store.to_arrays(),
+        # The store's own arrays: saved (or used as the structure to load)
+        # before it next changes, so no copy of gigabytes of client state.
+        client_states=self.store.to_arrays(copy=False),
         history=json.dumps(self.history),
     )
 
@@ -265,7 +272,8 @@ class TrainingRun:
     if state is None:
       return
     self.next_round = self.saved_round = int(state['next_round'])
-    self.server_state = state['server_state']
+    # The loaded arrays map the checkpoint's files: copy what is kept.
+    self.server_state = tf.nest.map_structure(np.array, state['server_state'])
     self.store.load_arrays(state['client_states'])
     history = state['history']
     self.history = json.loads(
@@ -313,7 +321,9 @@ class TrainingRun:
     result = self.method.run_round(
         self.server_state, self.store, round_input,
         users_per_client=self._config.users_per_client,
-        cohort_size=self._config.cohort_size,
+        cohort_size=cohorts.bounded_cohort_size(
+            self._config.cohort_size, self.store.bytes_per_user(),
+            self._config.cohort_state_bytes),
     )
     raise_if_diverged(
         round_num, result.metrics['train_loss'], result.server_state,

@@ -4,6 +4,7 @@ import types
 import numpy as np
 import pytest
 
+from tff_fedrec import client_state_store
 from tff_fedrec.algorithms import method as method_lib
 from tff_fedrec.programs import training_loop
 
@@ -112,3 +113,38 @@ def test_round_inputs_mark_the_users_training_their_last_round(tmp_path):
       training_loop.LoopConfig(rounds=4), str(tmp_path), log=lambda _: None)
   marks = [run.round_input(r).last_round_users.tolist() for r in range(4)]
   assert marks == [[False, False], [True, False], [True, False], [True]]
+
+
+class _CohortRecordingMethod:
+  """Records the cohort size each round is given."""
+
+  def __init__(self, state_floats_per_user):
+    self.cohort_sizes = []
+    self._initial = np.zeros([state_floats_per_user], np.float32)
+
+  def initial_store(self):
+    return client_state_store.ClientStateStore(10, {'table': self._initial})
+
+  def run_round(self, server_state, store, round_input, *, users_per_client,
+                cohort_size):
+    del store, round_input, users_per_client
+    self.cohort_sizes.append(cohort_size)
+    return method_lib.RoundResult(server_state, {'train_loss': 0.5})
+
+
+@pytest.mark.parametrize('floats_per_user, budget, expected', [
+    (1000, 100 * 4000, 64),  # 100 users' state fit: 64 of them train.
+    (10, 100 * 4000, 256),   # Small states: --cohort_size as given.
+    (1000, None, 256),       # No budget.
+])
+def test_rounds_get_the_cohort_size_the_state_budget_allows(
+    tmp_path, floats_per_user, budget, expected):
+  method = _CohortRecordingMethod(floats_per_user)
+  run = training_loop.TrainingRun(
+      method, _PlannedProtocol([[0, 1], [1, 2]]),
+      training_loop.LoopConfig(rounds=2, eval_every=2, cohort_size=256,
+                               cohort_state_bytes=budget),
+      str(tmp_path), log=lambda _: None)
+  run.server_state = np.float32(0)
+  run.run_round(0)
+  assert method.cohort_sizes == [expected]

@@ -205,6 +205,7 @@ def prepare_run(*, log: Callable[[str], None] = print,
       checkpoint_every=run_flags.CHECKPOINT_EVERY.value,
       users_per_client=run_flags.USERS_PER_TFF_CLIENT.value,
       cohort_size=run_flags.COHORT_SIZE.value,
+      cohort_state_bytes=int(run_flags.COHORT_STATE_MB.value * 2**20) or None,
   )
   summary_fields = {
       'method': entry.name,

@@ -54,6 +54,7 @@ from absl import app
 from absl import flags
 
 from tff_fedrec.programs import loopback_bind
+from tff_fedrec.programs import worker_processes
 
 
 def _is_ip_address(value: str) -> bool:
@@ -249,7 +250,8 @@ def _serve(address: str, port: int) -> None:
   with _bind_shim_environment(address, port) as environment:
     process = subprocess.Popen(
         [_worker_binary_path(), f'--port={port}'],
-        env=environment, stdin=subprocess.DEVNULL,
+        env=worker_processes.worker_environment(environment),
+        stdin=subprocess.DEVNULL,
         preexec_fn=lambda parent=os.getpid(): _die_with_parent(parent),
     )
 

@@ -131,3 +131,10 @@ def test_the_default_context_worker_stops_with_the_program(tmp_path, prelude):
     os.kill(int(pid), signal.SIGKILL)
   assert not left_running
   assert 'Exception ignored' not in stderr
+
+
+def test_workers_get_two_malloc_arenas_unless_told_otherwise():
+  assert worker_processes.worker_environment({'PATH': '/bin'}) == {
+      'PATH': '/bin', 'MALLOC_ARENA_MAX': '2'}
+  assert worker_processes.worker_environment(
+      {'MALLOC_ARENA_MAX': '8'})['MALLOC_ARENA_MAX'] == '8'

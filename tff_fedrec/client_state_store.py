@@ -33,6 +33,8 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
+from tff_fedrec import csr
+
 
 class ClientStateStore:
   """Client states of `num_users` users, all starting at `initial_state`.
@@ -47,6 +49,7 @@ class ClientStateStore:
 
   def __init__(self, num_users: int, initial_state,
                ragged: Optional[Mapping[str, np.ndarray]] = None):
+    # np.repeat makes arrays of the store's own: no second copy of them.
     self._init(
         num_users,
         [(np.arange(num_users),
@@ -56,6 +59,7 @@ class ClientStateStore:
               initial_state,
           ))],
         ragged,
+        copy=False,
     )
 
   @classmethod
@@ -70,10 +74,10 @@ class ClientStateStore:
     `partitions[p][1]` (a nest of arrays [n_p, ...], in that user order);
     `ragged` as in the constructor."""
     store = cls.__new__(cls)
-    store._init(num_users, partitions, ragged)
+    store._init(num_users, partitions, ragged, copy=True)
     return store
 
-  def _init(self, num_users, partitions, ragged):
+  def _init(self, num_users, partitions, ragged, *, copy):
     self._num_users = num_users
     self._partition_of = np.full([num_users], -1, np.int64)
     self._position = np.zeros([num_users], np.int64)
@@ -84,13 +88,15 @@ class ClientStateStore:
         raise ValueError('A user lies in two partitions.')
       self._partition_of[users] = index
       self._position[users] = np.arange(users.size)
-      leaves = [np.array(leaf) for leaf in tf.nest.flatten(local)]
+      leaves = [np.array(leaf, copy=copy)
+                for leaf in tf.nest.flatten(local)]
       if any(leaf.shape[:1] != (users.size,) for leaf in leaves):
         raise ValueError(
             f'Partition {index}: every leaf needs a leading dimension of '
             f'{users.size} users.'
         )
-      self._structures.append(local)
+      # The nest's structure only: its arrays would be a second store.
+      self._structures.append(tf.nest.map_structure(lambda _: 0, local))
       self._leaves.append(leaves)
     if np.any(self._partition_of < 0):
       raise ValueError('Every user must lie in a partition.')
@@ -193,33 +199,48 @@ class ClientStateStore:
                  for value in field)
     return total / self._num_users
 
-  def to_arrays(self) -> collections.OrderedDict:
-    """Flat numpy arrays holding the whole store (for checkpoints)."""
+  def to_arrays(self, *, copy: bool = True) -> collections.OrderedDict:
+    """Flat arrays holding the whole store (for checkpoints): the stacked
+    leaves, and per ragged field CSR `offsets` [U + 1] and `values` as a
+    `csr.ValuesInPieces` (the users' arrays, not a concatenated copy of
+    them: `np.asarray` builds it, a checkpoint writes it piece by piece).
+
+    Args:
+      copy: False gives the store's own stacked leaves, not copies: for a
+        caller that writes them out before the store next changes (a
+        checkpoint; FedRAS's users' table copies are 2.9 GB on ML-1M). The
+        ragged values are a snapshot either way (a put replaces a user's
+        array, never changes it).
+    """
     ragged = collections.OrderedDict()
     for name, field in self._ragged.items():
       counts = np.array([len(value) for value in field], np.int64)
       ragged[name] = collections.OrderedDict(
           offsets=np.concatenate([[0], np.cumsum(counts)]),
-          values=np.concatenate(field),
+          values=csr.ValuesInPieces(field),
       )
     return collections.OrderedDict(
-        local_leaves=[leaf.copy() for leaves in self._leaves
-                      for leaf in leaves],
+        local_leaves=[leaf.copy() if copy else leaf
+                      for leaves in self._leaves for leaf in leaves],
         ragged=ragged,
     )
 
   def load_arrays(self, arrays) -> None:
     """Restores the store from `to_arrays` output."""
     leaves = [np.asarray(leaf) for leaf in arrays['local_leaves']]
-    expected = [leaf.shape for partition in self._leaves for leaf in partition]
-    if [leaf.shape for leaf in leaves] != expected:
+    expected = [(leaf.shape, leaf.dtype)
+                for partition in self._leaves for leaf in partition]
+    found = [(leaf.shape, leaf.dtype) for leaf in leaves]
+    if found != expected:
       raise ValueError(
           'Checkpointed client states do not match this model: local '
-          f'state shapes {[leaf.shape for leaf in leaves]} vs {expected}.'
+          f'state shapes and types {found} vs {expected}.'
       )
+    # Into the store's own arrays: a copy beside them would double the
+    # store's memory while the checkpoint loads.
     for partition in self._leaves:
-      for index in range(len(partition)):
-        partition[index] = leaves.pop(0).copy()
+      for leaf in partition:
+        np.copyto(leaf, leaves.pop(0), casting='no')
     for name, field in self._ragged.items():
       offsets = np.asarray(arrays['ragged'][name]['offsets'])
       values = np.asarray(arrays['ragged'][name]['values'], field[0].dtype)

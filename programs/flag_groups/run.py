@@ -5,6 +5,7 @@ from absl import flags
 
 from tff_fedrec.algorithms import registry
 from tff_fedrec.programs.flag_groups import group
+from tff_fedrec.templates import cohorts
 
 METHOD = flags.DEFINE_string(
     'method', None,
@@ -29,7 +30,7 @@ USERS_PER_TFF_CLIENT = flags.DEFINE_integer(
     'per-client cost. 1 = one TFF client per user. fedrecon always uses 1.',
 )
 COHORT_SIZE = flags.DEFINE_integer(
-    'cohort_size', 256,
+    'cohort_size', cohorts.DEFAULT_COHORT_SIZE,
     'Train at most this many users at once (rounded down to whole TFF '
     'clients of --users_per_tff_client users, at least one): a round runs '
     'as cohorts whose '
@@ -38,6 +39,12 @@ COHORT_SIZE = flags.DEFINE_integer(
     'cohort to float rounding. A size of at least the round\'s users trains '
     'them all in one computation. Ignored on remote workers, whose context '
     'splits the clients itself.',
+)
+COHORT_STATE_MB = flags.DEFINE_float(
+    'cohort_state_mb', cohorts.DEFAULT_COHORT_STATE_BYTES / 2**20,
+    'Fewer users than --cohort_size train at once when their client state '
+    '(the store\'s mean per user, read each round) would pass this many MiB: '
+    'the largest power of two of users that fits, at least 32. 0: no bound.',
 )
 NEGATIVES = flags.DEFINE_integer(
     'num_negatives', 4, 'Training negatives per positive.'
@@ -64,6 +71,10 @@ MAX_WORKER_RESTARTS = flags.DEFINE_integer(
 def clients_per_round(num_users: int):
   """--clients_per_round or --client_fraction of `num_users` users, or None
   for the protocol's default."""
+  if not 0 <= COHORT_STATE_MB.value < 2**40:  # Also refuses nan.
+    raise group.FlagError(
+        f'--cohort_state_mb must be a number of MiB from 0 (no bound) up; '
+        f'got {COHORT_STATE_MB.value}.')
   if CLIENTS_PER_ROUND.value is not None and CLIENT_FRACTION.value is not None:
     raise group.FlagError(
         'Give --clients_per_round or --client_fraction, not both.'
@@ -107,6 +118,10 @@ def _check(entry) -> None:
     raise group.FlagError(
         f'--max_worker_restarts must be >= 0; got {MAX_WORKER_RESTARTS.value}.'
     )
+  if not 0 <= COHORT_STATE_MB.value < 2**40:  # Also refuses nan.
+    raise group.FlagError(
+        f'--cohort_state_mb must be a number of MiB from 0 (no bound) up; '
+        f'got {COHORT_STATE_MB.value}.')
   if CLIENTS_PER_ROUND.value is not None and CLIENT_FRACTION.value is not None:
     raise group.FlagError(
         'Give --clients_per_round or --client_fraction, not both.'
@@ -120,8 +135,8 @@ GROUPS = (
     group.FlagGroup(
         'run', 'the run',
         (METHOD, ROUNDS, CLIENTS_PER_ROUND, CLIENT_FRACTION,
-         USERS_PER_TFF_CLIENT, COHORT_SIZE, NEGATIVES, SEED, ROOT_DIR, EVAL_EVERY,
-         CHECKPOINT_EVERY, MAX_WORKER_RESTARTS),
+         USERS_PER_TFF_CLIENT, COHORT_SIZE, COHORT_STATE_MB, NEGATIVES, SEED,
+         ROOT_DIR, EVAL_EVERY, CHECKPOINT_EVERY, MAX_WORKER_RESTARTS),
         check=_check,
     ),
 )

@@ -54,6 +54,30 @@ import tensorflow_federated as tff
 from tff_fedrec.templates import two_phase
 
 
+# A cohort's users of the program's default: 256 users (PFedRec ML-1M:
+# 3.2 GB at most), fewer where their client state passes 64 MiB (FedRAS on
+# ML-1M keeps 474 KB of item table per user: 128, which took its worker
+# from 3.2 to 2.0 GB and its run from 8.1 to 6.9 GB at the same seconds,
+# docs/results/scale.md).
+DEFAULT_COHORT_SIZE = 256
+DEFAULT_COHORT_STATE_BYTES = 64 << 20
+_SMALLEST_BOUNDED_COHORT = 32
+
+
+def bounded_cohort_size(cohort_size: Optional[int], state_bytes_per_user: float,
+                        state_bytes: Optional[int]) -> Optional[int]:
+  """`cohort_size`, or fewer users when their client state would pass
+  `state_bytes`: the largest power of two (at least 32) of users whose
+  state fits. None (every user at once) and a `state_bytes` of None or 0
+  leave `cohort_size` as it is."""
+  if (cohort_size is None or not state_bytes
+      or cohort_size * state_bytes_per_user <= state_bytes):
+    return cohort_size
+  fitting = max(1, int(state_bytes // state_bytes_per_user))
+  return min(cohort_size,
+             max(_SMALLEST_BOUNDED_COHORT, 1 << (fitting.bit_length() - 1)))
+
+
 class CohortsUnsupportedError(ValueError):
   """The process's server step cannot be cut at its aggregations."""
 

@@ -166,3 +166,18 @@ def test_two_lanes_need_a_context_that_allows_them():
   with pytest.raises(ValueError, match='allows one lane'):
     cohorts.run_round(_PROCESS, np.float32(0.5), iter(_cohorts([1])),
                       lambda *_: None, lanes=2)
+
+
+@pytest.mark.parametrize('size, per_user, budget, expected', [
+    (256, 55_000, 64 << 20, 256),     # PFedRec ML-1M's users fit.
+    (256, 474_500, 64 << 20, 128),    # FedRAS ML-1M: 141 fit, 128 taken.
+    (256, 3_000_000, 64 << 20, 32),   # 22 fit: no fewer than 32.
+    (16, 3_000_000, 64 << 20, 16),    # Never more than asked for.
+    (256, 474_500, None, 256),        # No bound.
+    (256, 474_500, 0, 256),
+    (None, 474_500, 64 << 20, None),  # Every user at once stays so.
+    (256, 0.0, 64 << 20, 256),        # No state yet.
+])
+def test_the_cohort_shrinks_to_a_power_of_two_whose_state_fits(
+    size, per_user, budget, expected):
+  assert cohorts.bounded_cohort_size(size, per_user, budget) == expected

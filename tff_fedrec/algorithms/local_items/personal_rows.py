@@ -227,8 +227,8 @@ class PersonalRowsStore(client_state_store.ClientStateStore):
       total += self._start_round.nbytes
     return total / self.num_users
 
-  def to_arrays(self) -> collections.OrderedDict:
-    arrays = super().to_arrays()
+  def to_arrays(self, *, copy: bool = True) -> collections.OrderedDict:
+    arrays = super().to_arrays(copy=copy)
     rounds = sorted(self._start_tables)
     dim = np.shape(self.ragged(_ROWS, [0])[0])[1]
     arrays['whole_rows'] = self._whole_rows.copy()
