@@ -7,7 +7,6 @@ live here once, so the two programs cannot drift apart in what they load.
 """
 
 from absl import flags
-import numpy as np
 
 from tff_fedrec import tiers
 
@@ -37,4 +36,4 @@ def user_tiers(data: preprocessing.RandomSplitData):
   ByInteractions`) with --tier_ratio."""
   return tiers.ByInteractions(
       tuple(float(share) for share in TIER_RATIO.value)
-  ).assign(np.diff(data.train_offsets))
+  ).assign(data.train_offsets)

@@ -190,10 +190,11 @@ def prepare_run(*, log: Callable[[str], None] = print,
     )
   data_config = data_flags.data_config(run_flags.SEED.value)
   data, fingerprint = _load_data(entry, data_config, run_flags.ROOT_DIR.value)
-  user_tiers = tiers_flags.tier_policy().assign(
-      method_lib.RunData.of(data).train_counts, run_flags.SEED.value
-  )
-  protocol = protocol_flags.PROTOCOLS[entry.protocol].build(data, user_tiers)
+  tier_policy = tiers_flags.tier_policy()
+  user_tiers = tier_policy.assign(
+      data.train_offsets, data.train_items, run_flags.SEED.value)
+  protocol = protocol_flags.PROTOCOLS[entry.protocol].build(
+      data, user_tiers, tier_policy.tier_names)
   run_data = protocol.run_data(user_tiers)
   method = entry.build(
       data=run_data, seed=run_flags.SEED.value,
@@ -213,6 +214,7 @@ def prepare_run(*, log: Callable[[str], None] = print,
       'executor': execution_flags.executor_summary(),
       'config': {
           'protocol': protocol.name,
+          'tiers': tier_policy.description,
           'clients_per_round': protocol.clients_per_round,
           'loop': dataclasses.asdict(loop_config),
           **method.config_summary(),

@@ -32,7 +32,7 @@ Example:
 """
 
 import collections
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -59,6 +59,7 @@ class LeaveOneOut(protocol.Protocol):
       negatives_per_positive: int = 4,
       negative_pool: str = 'never_interacted',
       user_tiers: Optional[np.ndarray] = None,
+      tier_names: Sequence[str] = tiers.TIER_NAMES,
       seed: int = 0,
   ):
     if not 1 <= clients_per_round <= data.num_users:
@@ -76,6 +77,7 @@ class LeaveOneOut(protocol.Protocol):
     self.negatives_per_positive = negatives_per_positive
     self.negative_pool = negative_pool
     self.user_tiers = None if user_tiers is None else np.asarray(user_tiers)
+    self.tier_names = tuple(tier_names)
     self.seed = seed
     # Each user's items that are never its training negatives (CSR,
     # ascending per user).
@@ -170,7 +172,7 @@ class LeaveOneOut(protocol.Protocol):
     per_tier = {}
     if self.user_tiers is None:
       return per_tier
-    for tier, name in enumerate(tiers.TIER_NAMES):
+    for tier, name in enumerate(self.tier_names):
       users = np.flatnonzero(self.user_tiers == tier)
       if users.size:
         result = metrics.summarize_sampled(scores[users], ks=(10,))

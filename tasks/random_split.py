@@ -24,7 +24,7 @@ Example:
 
 import collections
 import warnings
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -47,6 +47,7 @@ class RandomSplit(protocol.Protocol):
   Args:
     data: The split.
     user_tiers: int [U], each user's tier (the per-tier figures).
+    tier_names: What tiers 0, 1, 2 are called in the figures.
     clients_per_round: None means min(256, U).
     negatives_per_positive: Training negatives per positive.
     training_negatives: 'per_round' or 'once'.
@@ -60,6 +61,7 @@ class RandomSplit(protocol.Protocol):
       data: preprocessing.RandomSplitData,
       *,
       user_tiers: np.ndarray,
+      tier_names: Sequence[str] = tiers.TIER_NAMES,
       clients_per_round=None,
       negatives_per_positive: int = 4,
       training_negatives: str = 'per_round',
@@ -79,6 +81,7 @@ class RandomSplit(protocol.Protocol):
       )
     self.data = data
     self.user_tiers = np.asarray(user_tiers)
+    self.tier_names = tuple(tier_names)
     self.clients_per_round = clients_per_round
     self.negatives_per_positive = negatives_per_positive
     self.training_negatives = training_negatives
@@ -132,6 +135,7 @@ class RandomSplit(protocol.Protocol):
         self.data, self.user_tiers,
         lambda tier, users, *_: method.score(
             server_state, store, method_lib.CandidateItems(users)),
+        tier_names=self.tier_names,
     )}
 
   def test_metrics(self, users, score_items) -> dict:
@@ -240,9 +244,11 @@ def tiered_ranking_metrics(
     data_tier: np.ndarray,
     score_users: Callable[..., np.ndarray],
     k: int = TOP_K,
+    tier_names: Sequence[str] = tiers.TIER_NAMES,
 ) -> dict:
   """Recall@k / NDCG@k by full ranking over each user's non-training items,
-  per data tier and overall (every evaluated user weighs the same).
+  per data tier (named by `tier_names`) and overall (every evaluated user
+  weighs the same).
 
   `score_users(data_tier, users, train_offsets, train_items)` returns the
   scores [len(users), I] of the tier's users; train_offsets / train_items
@@ -255,7 +261,7 @@ def tiered_ranking_metrics(
   """
   per_tier = {}
   totals = collections.Counter()
-  for tier, name in enumerate(tiers.TIER_NAMES):
+  for tier, name in enumerate(tier_names):
     users = np.flatnonzero(data_tier == tier)
     if not users.size:
       continue

@@ -17,12 +17,15 @@ import sys
 import time
 import uuid
 
+import numpy as np
 import pytest
 
+from tff_fedrec import device_tiers
 from tff_fedrec.algorithms import registry
 from tff_fedrec.algorithms.fedras import compression
 from tff_fedrec.programs import program_test_utils
 from tff_fedrec.programs import training_program
+from tff_fedrec.tasks import datasets
 
 _SMALL_RUN = [
     '--dataset=synthetic',
@@ -119,6 +122,26 @@ def test_two_rounds_of_each_method_write_results_and_stop_their_worker(
   rows = _read_metrics(root_dir)
   assert [int(r['round']) for r in rows] == [0, 1]
   assert 'test HR@10 / NDCG@10 at best round' in stdout
+
+
+def test_device_tiers_replace_the_data_size_tiers_of_the_results(tmp_path):
+  # RF²'s Algorithm 1 on the run's training items, seeded by --seed: the
+  # users the results count per tier are the mapping's.
+  root_dir = str(tmp_path / 'run')
+  stdout = _train(['--method=pfedrec', *_SMALL_RUN, '--rounds=2', '--seed=3',
+                   '--device_tiers=dirichlet:0.05', f'--root_dir={root_dir}'])
+  with open(os.path.join(root_dir, 'summary.json')) as f:
+    summary = json.load(f)
+  data = datasets.load_leave_one_out(datasets.DataConfig(
+      dataset='synthetic', synthetic_users=60, synthetic_items=600, seed=3))
+  expected = np.bincount(device_tiers.dirichlet(
+      data.train_offsets, data.train_items, 0.05, seed=3), minlength=3)
+  users = {name: value['users']
+           for name, value in summary['test']['per_tier'].items()}
+  assert users == {name: n for name, n in zip(('low', 'mid', 'high'),
+                                              expected.tolist()) if n}
+  assert summary['config']['tiers'] == 'device tiers dirichlet:0.05'
+  assert f'low ({expected[0]} users)' in stdout
 
 
 def _assert_peak_rss_kept_for_resumes(root_dir, summary):

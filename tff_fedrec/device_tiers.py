@@ -143,3 +143,57 @@ def dirichlet(click_offsets: Sequence[int], clicked_items: Sequence[int],
       tiers[part] = tier
       sizes[tier] += part.size
   return tiers
+
+
+class RoundRobin:
+  """The tier policy of `round_robin` (`tiers.ByInteractions` has the
+  interface)."""
+
+  tier_names = TIER_NAMES
+  description = 'device tiers round_robin'
+
+  def assign(self, train_offsets, train_items=None, seed: int = 0):
+    del train_items, seed  # Deterministic, by training examples alone.
+    return round_robin(np.diff(np.asarray(train_offsets)))
+
+
+class Dirichlet:
+  """The tier policy of `dirichlet` at `alpha`, the users' training items
+  as their clicks (the reference code also counts their test clicks; a
+  run's tiers here do not depend on its held-out data)."""
+
+  tier_names = TIER_NAMES
+
+  def __init__(self, alpha: float):
+    if not (isinstance(alpha, (int, float)) and math.isfinite(alpha)
+            and alpha > 0):
+      raise ValueError(
+          f'alpha must be a finite number above 0; got {alpha}.')
+    self.alpha = float(alpha)
+
+  @property
+  def description(self) -> str:
+    return f'device tiers dirichlet:{self.alpha:g}'
+
+  def assign(self, train_offsets, train_items, seed: int = 0):
+    return dirichlet(train_offsets, train_items, self.alpha, seed)
+
+
+def policy_from_flag(value: str):
+  """The policy of a `--device_tiers` value: 'round_robin' or
+  'dirichlet:ALPHA' (ALPHA > 0, e.g. 0.05; or a Sec. 5.3 level name,
+  'dirichlet:vhigh')."""
+  if value == 'round_robin':
+    return RoundRobin()
+  name, _, alpha = value.partition(':')
+  if name == 'dirichlet' and alpha:
+    if alpha in HETEROGENEITY_LEVELS:
+      return Dirichlet(HETEROGENEITY_LEVELS[alpha])
+    try:
+      return Dirichlet(float(alpha))
+    except ValueError:
+      pass
+  raise ValueError(
+      f'{value!r} is not a device tier mapping: give round_robin or '
+      'dirichlet:ALPHA with ALPHA a number above 0 (RF² Sec. 5.3: 5000, 5, '
+      f'0.5, 0.05, 0.005) or a level ({", ".join(HETEROGENEITY_LEVELS)}).')

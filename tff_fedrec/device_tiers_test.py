@@ -150,3 +150,26 @@ def test_bad_inputs_are_named(offsets, items, alpha, message):
 def test_round_robin_refuses_negative_counts():
   with pytest.raises(ValueError, match='counts >= 0'):
     device_tiers.round_robin([3, -1])
+
+
+def test_policies_of_the_flag_values_assign_from_training_items():
+  offsets, items = _clicks(200, 30, seed=4)
+  policy = device_tiers.policy_from_flag('dirichlet:0.05')
+  assert policy.description == 'device tiers dirichlet:0.05'
+  assert policy.tier_names == ('low', 'mid', 'high')
+  np.testing.assert_array_equal(
+      policy.assign(offsets, items, seed=5),
+      device_tiers.dirichlet(offsets, items, 0.05, seed=5))
+  level = device_tiers.policy_from_flag('dirichlet:vhigh')
+  assert level.alpha == 0.005
+  robin = device_tiers.policy_from_flag('round_robin')
+  np.testing.assert_array_equal(robin.assign(offsets, items, seed=5),
+                                device_tiers.round_robin(np.diff(offsets)))
+
+
+@pytest.mark.parametrize('value', [
+    'random', 'dirichlet', 'dirichlet:', 'dirichlet:0', 'dirichlet:-1',
+    'dirichlet:nan', 'dirichlet:inf', 'dirichlet:x', 'round_robin:3'])
+def test_other_flag_values_are_refused_naming_the_choices(value):
+  with pytest.raises(ValueError, match='give round_robin or dirichlet:ALPHA'):
+    device_tiers.policy_from_flag(value)

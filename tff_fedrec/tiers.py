@@ -111,15 +111,25 @@ class ByInteractions:
   """The tier policy of HeteFedRec: `assign_tiers_by_interactions` in
   `ratio` (small:medium:large).
 
-  A tier policy has `assign(num_interactions, seed) -> int32 [U]`; the
-  program asks one once per run and hands the result to the method and the
-  protocol, so every part of a run sees the same tiers. RF²'s device
-  classes (a Dirichlet mapping of users to devices) are another policy.
+  A tier policy has `tier_names` (what tiers 0, 1, 2 are called in a run's
+  results), `description` and `assign(train_offsets, train_items, seed) ->
+  int32 [U]` from the users' training items in CSR form; the program asks
+  one once per run and hands the result to the method and the protocol, so
+  every part of a run sees the same tiers. RF²'s device tiers
+  (`device_tiers.RoundRobin`, `device_tiers.Dirichlet`) are the others.
   """
+
+  tier_names = TIER_NAMES
 
   def __init__(self, ratio: Sequence[float] = (5, 3, 2)):
     self.ratio = tuple(float(r) for r in _check_ratio(ratio))
 
-  def assign(self, num_interactions: Sequence[int], seed: int = 0):
+  @property
+  def description(self) -> str:
+    return 'by interactions ' + ':'.join(f'{r:g}' for r in self.ratio)
+
+  def assign(self, train_offsets: Sequence[int], train_items=None,
+             seed: int = 0):
+    del train_items  # Only their number counts.
     del seed  # Deterministic: sorted by count, ties in user order.
-    return assign_tiers_by_interactions(num_interactions, self.ratio)
+    return assign_tiers_by_interactions(np.diff(train_offsets), self.ratio)

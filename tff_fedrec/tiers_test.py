@@ -117,8 +117,10 @@ def test_tier_sizes_rejects_values_outside_the_tiers():
     'assign',
     [
         pytest.param(tiers.assign_tiers_by_interactions, id='function'),
-        pytest.param(lambda counts: tiers.ByInteractions().assign(counts),
-                     id='policy'),
+        pytest.param(
+            lambda counts: tiers.ByInteractions().assign(
+                np.concatenate([[0], np.cumsum(counts)])),
+            id='policy'),
     ],
 )
 def test_the_default_ratio_is_five_three_two_on_a_hundred_users(assign):
@@ -134,8 +136,11 @@ def test_the_default_ratio_is_five_three_two_on_a_hundred_users(assign):
 
 def test_the_policy_keeps_its_ratio_and_ignores_the_seed():
   policy = tiers.ByInteractions((2, 1, 1))
-  counts = [9, 1, 5, 7]
+  offsets = np.concatenate([[0], np.cumsum([9, 1, 5, 7])])  # The counts.
 
   assert policy.ratio == (2.0, 1.0, 1.0)
+  assert policy.tier_names == ('small', 'medium', 'large')
+  assert policy.description == 'by interactions 2:1:1'
   for seed in (0, 1, 7):
-    np.testing.assert_array_equal(policy.assign(counts, seed), [2, 0, 0, 1])
+    np.testing.assert_array_equal(
+        policy.assign(offsets, np.zeros(22, np.int64), seed), [2, 0, 0, 1])

@@ -6,7 +6,7 @@ entries' protocol names), so the program names no protocol.
 Example:
   >>> protocol = PROTOCOLS[entry.protocol]
   >>> data = protocol.split(data_config, interactions)
-  >>> protocol.build(data, user_tiers)
+  >>> protocol.build(data, user_tiers, tier_names)
 """
 
 import dataclasses
@@ -46,27 +46,30 @@ class ProtocolFromFlags:
 
   Attributes:
     split: (data config, interactions) -> the split data.
-    build: (split data, user tiers) -> the `tasks.protocol.Protocol`.
+    build: (split data, user tiers, tier names) -> the
+      `tasks.protocol.Protocol`.
   """
 
   split: Callable
   build: Callable
 
 
-def _leave_one_out(data, user_tiers) -> leave_one_out.LeaveOneOut:
+def _leave_one_out(data, user_tiers,
+                   tier_names) -> leave_one_out.LeaveOneOut:
   return leave_one_out.LeaveOneOut(
       data,
       clients_per_round=(run_flags.clients_per_round(data.num_users)
                          or data.num_users),
       negatives_per_positive=run_flags.NEGATIVES.value,
       negative_pool=NEGATIVE_POOL.value, user_tiers=user_tiers,
-      seed=run_flags.SEED.value,
+      tier_names=tier_names, seed=run_flags.SEED.value,
   )
 
 
-def _random_split(data, user_tiers) -> random_split.RandomSplit:
+def _random_split(data, user_tiers,
+                  tier_names) -> random_split.RandomSplit:
   return random_split.RandomSplit(
-      data, user_tiers=user_tiers,
+      data, user_tiers=user_tiers, tier_names=tier_names,
       clients_per_round=run_flags.clients_per_round(data.num_users),
       negatives_per_positive=run_flags.NEGATIVES.value,
       training_negatives=TRAINING_NEGATIVES.value, seed=run_flags.SEED.value,
