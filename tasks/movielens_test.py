@@ -146,3 +146,16 @@ def test_default_cache_dir_honours_the_environment(tmp_path, monkeypatch):
   assert movielens.default_cache_dir() == (
       tmp_path / 'home' / '.cache' / 'tff_fedrec'
   )
+
+
+def test_real_fetch_of_the_movies_gives_every_movie_its_genres():
+  # Real fetch (the same wheel as the interactions): RecBole's ml-100k.item.
+  genres = movielens.load_movie_genres('ml-100k')
+  frame = movielens.load_movielens('ml-100k')
+  assert len(genres) == movielens.MOVIELENS_ITEM_SOURCES['ml-100k'].num_items
+  assert set(frame['item']) <= set(genres)
+  assert genres['1'] == ('Animation', "Children's", 'Comedy')  # Toy Story.
+  cached = movielens.default_cache_dir() / 'ml-100k.item'
+  assert hashlib.sha256(cached.read_bytes()).hexdigest() == (
+      movielens.MOVIELENS_ITEM_SOURCES['ml-100k'].sha256)
+

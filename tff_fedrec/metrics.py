@@ -10,6 +10,9 @@ Two evaluation protocols are used by the papers this package reproduces:
   user's training items are excluded, and Recall@K and NDCG@K are computed
   against all of the user's test items.
 
+Click-through prediction (RF², Maeng et al. 2022) scores labelled events:
+`binary_auc` over all of them (or one tier's), and `log_loss`.
+
 For every metric here larger is better, and every value lies in [0, 1].
 """
 
@@ -99,6 +102,47 @@ def sampled_auc(scores: np.ndarray) -> float:
   wins = np.count_nonzero(negatives < positive, axis=1)
   ties = np.count_nonzero(negatives == positive, axis=1)
   return float(np.mean((wins + 0.5 * ties) / negatives.shape[1]))
+
+
+def binary_auc(labels: np.ndarray, scores: np.ndarray) -> float:
+  """ROC AUC of `scores` for binary `labels` [N] (sklearn's
+  `roc_auc_score`): the probability that a random positive outscores a
+  random negative, ties counting half (Mann-Whitney U over average ranks).
+  Needs both classes."""
+  labels = np.asarray(labels).astype(bool).ravel()
+  scores = np.asarray(scores, np.float64).ravel()
+  if labels.shape != scores.shape:
+    raise ValueError(
+        f'labels {labels.shape} and scores {scores.shape} differ in shape.')
+  positives = int(labels.sum())
+  negatives = labels.size - positives
+  if not positives or not negatives:
+    raise ValueError(
+        f'AUC needs positive and negative events; got {positives} and '
+        f'{negatives}.')
+  order = np.argsort(scores, kind='stable')
+  sorted_scores = scores[order]
+  # Average 1-based ranks of tied scores.
+  starts = np.flatnonzero(np.r_[True, sorted_scores[1:] != sorted_scores[:-1]])
+  ends = np.r_[starts[1:], scores.size]
+  average = (starts + ends + 1) / 2.0
+  ranks = np.empty(scores.size)
+  ranks[order] = np.repeat(average, ends - starts)
+  rank_sum = ranks[labels].sum()
+  return float((rank_sum - positives * (positives + 1) / 2.0)
+               / (positives * negatives))
+
+
+def log_loss(labels: np.ndarray, probabilities: np.ndarray,
+             eps: float = 1e-7) -> float:
+  """Mean binary cross-entropy of `probabilities` (clipped to [eps,
+  1 - eps], as sklearn's `log_loss`) for binary `labels`."""
+  labels = np.asarray(labels, np.float64).ravel()
+  p = np.clip(np.asarray(probabilities, np.float64).ravel(), eps, 1 - eps)
+  if labels.shape != p.shape:
+    raise ValueError(
+        f'labels {labels.shape} and probabilities {p.shape} differ in shape.')
+  return float(-np.mean(labels * np.log(p) + (1 - labels) * np.log1p(-p)))
 
 
 def summarize_sampled(

@@ -313,3 +313,34 @@ class TestFullRankingMetrics:
     # in the top 20 of about 0.95 * 3706 items with chance
     # 20 / (0.95 * 3706), so Recall@20 is near 20 / 3706 = 0.0054.
     assert result['recall'] == pytest.approx(20 / num_items, rel=0.25)
+
+
+@pytest.mark.parametrize('seed', range(5))
+def test_binary_auc_is_the_pairwise_win_rate_with_ties_half(seed):
+  rng = np.random.default_rng(seed)
+  labels = rng.random(200) < 0.3
+  # Few distinct scores: many ties, across and within the classes.
+  scores = rng.integers(0, 7, 200) + 0.5 * labels * rng.random(200).round()
+  positives, negatives = scores[labels], scores[~labels]
+  pairwise = np.mean(
+      (positives[:, None] > negatives[None, :])
+      + 0.5 * (positives[:, None] == negatives[None, :]))
+  assert metrics.binary_auc(labels, scores) == pytest.approx(pairwise)
+
+
+def test_binary_auc_of_hand_cases():
+  assert metrics.binary_auc([1, 0, 1, 0], [0.9, 0.1, 0.8, 0.2]) == 1.0
+  assert metrics.binary_auc([1, 0, 1, 0], [0.1, 0.9, 0.2, 0.8]) == 0.0
+  assert metrics.binary_auc([1, 0, 1, 0], [0.5, 0.5, 0.5, 0.5]) == 0.5
+  # One positive above one of two negatives, tied with the other: 0.75.
+  assert metrics.binary_auc([1, 0, 0], [0.5, 0.2, 0.5]) == 0.75
+  with pytest.raises(ValueError, match='positive and negative'):
+    metrics.binary_auc([1, 1], [0.3, 0.4])
+
+
+def test_log_loss_of_hand_cases():
+  assert metrics.log_loss([1, 0], [0.8, 0.2]) == pytest.approx(-math.log(0.8))
+  assert metrics.log_loss([1, 0, 1], [0.5, 0.5, 0.5]) == pytest.approx(
+      math.log(2))
+  # Clipped: a certain wrong answer costs -log(1e-7), not infinity.
+  assert metrics.log_loss([1], [0.0]) == pytest.approx(-math.log(1e-7))
