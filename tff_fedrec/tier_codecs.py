@@ -49,35 +49,38 @@ def _stochastic_round(scaled: tf.Tensor, seed) -> tf.Tensor:
   return low + up
 
 
-def _check_bits(bits: int) -> None:
+def _on_grid(values, low, spread, bits: int, seed):
+  """`values` rounded stochastically onto 2^bits - 1 intervals of
+  [low, low + spread], and whether the range is not empty."""
+  intervals = float(2**bits - 1)
+  safe = tf.where(spread > 0, spread, 1.0)
+  levels = _stochastic_round((values - low) / safe * intervals, seed)
+  return low + levels / intervals * safe, spread > 0
+
+
+def _quantized(delta, bits: int, seed, separate_sign: bool):
   if not 1 <= bits <= UNTOUCHED_BITS:
     raise ValueError(f'bits must be in [1, {UNTOUCHED_BITS}]; got {bits}.')
+  if bits == UNTOUCHED_BITS:
+    return delta
+  delta = tf.convert_to_tensor(delta, tf.float32)
+  if separate_sign:
+    magnitude = tf.abs(delta)
+    decoded, ranged = _on_grid(magnitude, 0.0, tf.reduce_max(magnitude),
+                               bits, seed)
+    decoded *= tf.where(delta > 0, 1.0, -1.0)
+  else:
+    low = tf.reduce_min(delta)
+    decoded, ranged = _on_grid(delta, low, tf.reduce_max(delta) - low, bits,
+                               seed)
+  return tf.where(ranged, decoded, delta)
 
 
 def quantize(delta: tf.Tensor, bits: int, seed) -> tf.Tensor:
   """Quant of the module docstring."""
-  _check_bits(bits)
-  if bits == UNTOUCHED_BITS:
-    return delta
-  delta = tf.convert_to_tensor(delta, tf.float32)
-  intervals = float(2**bits - 1)
-  low, high = tf.reduce_min(delta), tf.reduce_max(delta)
-  spread = high - low
-  safe = tf.where(spread > 0, spread, 1.0)
-  levels = _stochastic_round((delta - low) / safe * intervals, seed)
-  return tf.where(spread > 0, low + levels / intervals * safe, delta)
+  return _quantized(delta, bits, seed, separate_sign=False)
 
 
 def quantize_separate_sign(delta: tf.Tensor, bits: int, seed) -> tf.Tensor:
   """QuantS of the module docstring."""
-  _check_bits(bits)
-  if bits == UNTOUCHED_BITS:
-    return delta
-  delta = tf.convert_to_tensor(delta, tf.float32)
-  intervals = float(2**bits - 1)
-  magnitude = tf.abs(delta)
-  high = tf.reduce_max(magnitude)
-  safe = tf.where(high > 0, high, 1.0)
-  levels = _stochastic_round(magnitude / safe * intervals, seed)
-  sign = tf.where(delta > 0, 1.0, -1.0)
-  return tf.where(high > 0, sign * levels / intervals * safe, delta)
+  return _quantized(delta, bits, seed, separate_sign=True)
