@@ -71,10 +71,6 @@ MAX_WORKER_RESTARTS = flags.DEFINE_integer(
 def clients_per_round(num_users: int):
   """--clients_per_round or --client_fraction of `num_users` users, or None
   for the protocol's default."""
-  if not 0 <= COHORT_STATE_MB.value < 2**40:  # Also refuses nan.
-    raise group.FlagError(
-        f'--cohort_state_mb must be a number of MiB from 0 (no bound) up; '
-        f'got {COHORT_STATE_MB.value}.')
   if CLIENTS_PER_ROUND.value is not None and CLIENT_FRACTION.value is not None:
     raise group.FlagError(
         'Give --clients_per_round or --client_fraction, not both.'
