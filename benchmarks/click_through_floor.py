@@ -28,13 +28,6 @@ _DEVICE_TIERS = flags.DEFINE_list(
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of the mappings.')
 
 
-def _training_clicks(data):
-  """CSR (offsets, items) of each user's training clicks."""
-  clicked = data.train & (data.label > 0)
-  counts = np.bincount(data.user[clicked], minlength=data.num_users)
-  return np.r_[0, np.cumsum(counts)], data.item[clicked]
-
-
 def _figures(labels, scores):
   return (f'AUC {metrics.binary_auc(labels, scores):.4f}  '
           f'log-loss {metrics.log_loss(labels, scores):.4f}')
@@ -54,7 +47,7 @@ def main(argv):
   scores = click_through.item_click_rate_scores(data)
   print(f'movie click rate as the prediction, test: '
         f'{_figures(data.label[test], scores[test])}')
-  offsets, items = _training_clicks(data)
+  offsets, items = click_through.clicks_per_user(data, data.train)
   for value in _DEVICE_TIERS.value:
     policy = device_tiers.policy_from_flag(value)
     tiers = policy.assign(offsets, items, _SEED.value)

@@ -19,6 +19,7 @@ from absl import app
 from absl import flags
 
 from tff_fedrec import device_tiers
+from tff_fedrec.tasks import click_through
 from tff_fedrec.tasks import movielens
 
 _DATASET = flags.DEFINE_enum('dataset', 'ml-1m', ['ml-100k', 'ml-1m'],
@@ -27,19 +28,6 @@ _CLICK_RATING = flags.DEFINE_float(
     'click_rating', 5.0, 'Ratings at least this are clicks.')
 _SEEDS = flags.DEFINE_list('seeds', ['0', '1', '2'], 'Mapping seeds.')
 _TOP = flags.DEFINE_integer('top', 10, 'Most clicked items measured.')
-
-
-def user_clicks(frame, click_rating):
-  """(offsets [U + 1], clicked item indices [C]) of every user of the
-  rating rows (users without clicks have none), users and items numbered
-  in sorted id order."""
-  users, user_index = np.unique(frame['user'].to_numpy(), return_inverse=True)
-  _, item_index = np.unique(frame['item'].to_numpy(), return_inverse=True)
-  clicked = frame['rating'].to_numpy() >= click_rating
-  order = np.argsort(user_index[clicked], kind='stable')
-  counts = np.bincount(user_index[clicked], minlength=users.size)
-  return (np.concatenate([[0], np.cumsum(counts)]),
-          item_index[clicked][order])
 
 
 def top_item_tier_share(tiers, offsets, items, top):
@@ -64,8 +52,11 @@ def mappings(offsets, items, seed):
 
 def main(argv):
   del argv
-  frame = movielens.load_movielens(_DATASET.value)
-  offsets, items = user_clicks(frame, _CLICK_RATING.value)
+  data = click_through.click_through_split(
+      movielens.load_movielens(_DATASET.value),
+      movielens.load_movie_genres(_DATASET.value),
+      click_rating=_CLICK_RATING.value)
+  offsets, items = click_through.clicks_per_user(data)
   print(f'{_DATASET.value}: {offsets.size - 1} users, {items.size} clicks '
         f'(rating >= {_CLICK_RATING.value:g}), '
         f'{int(np.sum(np.diff(offsets) == 0))} users without one')

@@ -70,15 +70,12 @@ class ClickThroughData:
     return self.item_ids.size
 
 
-def _last_clicks(user, label, item, history_length):
+def _last_clicks(offsets, user, label, item, history_length):
   """history [N, H] of user-major, time-ordered events (module docstring)."""
   clicked = label.astype(bool)
   clicks_before = np.cumsum(clicked) - clicked  # Global count before a row.
   clicked_items = item[clicked]
-  first_row = np.r_[True, user[1:] != user[:-1]]
-  user_start = np.maximum.accumulate(
-      np.where(first_row, np.arange(user.size), 0))
-  clicks_of_user_before = clicks_before - clicks_before[user_start]
+  clicks_of_user_before = clicks_before - clicks_before[offsets[user]]
   start = clicks_before - np.minimum(clicks_of_user_before, history_length)
   index = start[:, None] + np.arange(history_length)[None, :]
   valid = index < clicks_before[:, None]
@@ -142,9 +139,20 @@ def click_through_split(
       user_ids=user_ids, item_ids=item_ids, genre_names=genre_names,
       offsets=offsets, user=user, item=item,
       genres=item_genre_table[item],
-      history=_last_clicks(user, label, item, history_length),
+      history=_last_clicks(offsets, user, label, item, history_length),
       label=label, train=train,
   )
+
+
+def clicks_per_user(data: ClickThroughData, rows=None) -> tuple:
+  """CSR (offsets int64 [U + 1], item indices) of each user's clicks among
+  the events `rows` selects (bool [N]; None: every event), in time order:
+  the clicks `device_tiers.dirichlet` maps users by."""
+  clicked = data.label > 0
+  if rows is not None:
+    clicked &= rows
+  counts = np.bincount(data.user[clicked], minlength=data.num_users)
+  return np.r_[0, np.cumsum(counts)].astype(np.int64), data.item[clicked]
 
 
 def item_click_rate_scores(data: ClickThroughData) -> np.ndarray:

@@ -95,3 +95,17 @@ def test_item_click_rate_scores_use_training_events_only():
   rate = {'m0': 2 / 3, 'm1': 1 / 3, 'm2': 0.5}
   expected = [rate[data.item_ids[i]] for i in data.item]
   np.testing.assert_allclose(scores, expected)
+
+
+def test_clicks_per_user_are_each_user_s_clicked_items_in_time_order():
+  frame = _frame(4)
+  data = click_through.click_through_split(frame, _GENRES)
+  expected = _reference(frame, 10, 0.9)
+  for rows in (None, data.train):
+    offsets, items = click_through.clicks_per_user(data, rows)
+    for user, user_id in enumerate(data.user_ids):
+      walked = [item for (who, _), (item, label, _, train)
+                in sorted(expected.items())
+                if who == user_id and label and (rows is None or train)]
+      got = [data.item_ids[i] for i in items[offsets[user]:offsets[user + 1]]]
+      assert got == walked
