@@ -41,12 +41,17 @@ _TIERED = ['--dataset=synthetic', '--synthetic_users=60',
            '--synthetic_items=200', '--clients_per_round=30',
            '--tier_widths=2,4,8', '--users_per_tff_client=3']
 _FEDRAS = [*_LOCAL_SGD, '--client_fraction=0.5', '--compression_rate=0.75']
+_CLICK_THROUGH = ['--dataset=synthetic', '--synthetic_users=60',
+                  '--clients_per_round=20', '--users_per_tff_client=4',
+                  '--device_tiers=dirichlet:0.05']
 
 
 def _defaults(name: str) -> list[str]:
   entry = registry.get(name)
   if entry.protocol == registry.RANDOM_SPLIT:
     return _TIERED
+  if entry.protocol == registry.CLICK_THROUGH:
+    return _CLICK_THROUGH
   if name == 'fedrap':
     return [*_ITEM_RANKING, '--embedding_dim=8', '--local_epochs=2',
             '--fedrap_batch_size=32', '--fedrap_item_learning_rate=20']
@@ -71,6 +76,10 @@ CONFIGURATIONS = {
     'fedncf_dual': ['--method=fedncf', *_LOCAL_SGD, '--dual_personalization'],
     'fedrecon_dual': ['--method=fedrecon', *_LOCAL_SGD,
                       '--dual_personalization'],
+    'rf2_din_quants': ['--method=rf2', *_CLICK_THROUGH, '--model=din',
+                       '--tier_optimization=quants:2,4,32'],
+    'rf2_channel': ['--method=rf2', *_CLICK_THROUGH,
+                    '--tier_optimization=channel:0.25,0.5,1'],
     'fedras_ncf_range': ['--method=fedras', *_FEDRAS, '--model=ncf',
                          '--compression_rate_range=0.7,0.8', '--alpha=0.5'],
     'apfr_gkd_own_model': ['--method=apfr_gkd', *_LOCAL_SGD,

@@ -18,6 +18,7 @@ from absl import flags
 from tff_fedrec import device_tiers
 from tff_fedrec import metrics
 from tff_fedrec.tasks import click_through
+from tff_fedrec.tasks import click_through_protocol
 from tff_fedrec.tasks import movielens
 
 _DATASET = flags.DEFINE_enum('dataset', 'ml-1m', ['ml-100k', 'ml-1m'],
@@ -47,10 +48,13 @@ def main(argv):
   scores = click_through.item_click_rate_scores(data)
   print(f'movie click rate as the prediction, test: '
         f'{_figures(data.label[test], scores[test])}')
-  offsets, items = click_through.clicks_per_user(data, data.train)
+  split = click_through_protocol.ClickThroughSplit.of(data)
   for value in _DEVICE_TIERS.value:
     policy = device_tiers.policy_from_flag(value)
-    tiers = policy.assign(offsets, items, _SEED.value)
+    # As a run maps them: round-robin by training events, Dirichlet by
+    # training clicks.
+    tiers = policy.assign(split.train_offsets, split.train_items,
+                          _SEED.value, clicks=split.training_clicks())
     for tier, name in enumerate(policy.tier_names):
       rows = test & (tiers[data.user] == tier)
       print(f'  {value:16s} {name:5s} {int(np.sum(tiers == tier)):5d} users '

@@ -13,8 +13,9 @@ File layout of `manifest.json`:
                "size_bytes": 25016, "sha256": "<64 hex digits>"}, ...]}
 
 `path` is relative to the manifest's directory and uses '/'. `tier` is one
-of HeteFedRec's tiers (`tff_fedrec.tiers.TIER_NAMES`) or 'single' for a
-method with one model size; `user` is the user id (as in the data set) of a
+of HeteFedRec's tiers (`tff_fedrec.tiers.TIER_NAMES`), of RF²'s device
+tiers (`tff_fedrec.device_tiers.TIER_NAMES`), or 'single' for a method with
+one model size; `user` is the user id (as in the data set) of a
 personal model and
 null for a tier's global model, which takes the user vector as input.
 
@@ -46,13 +47,14 @@ import os
 import pathlib
 
 from tff_fedrec import atomic_files
+from tff_fedrec import device_tiers
 from tff_fedrec import tiers
 from tff_fedrec.export import tflite_conversion
 
 MANIFEST_NAME = 'manifest.json'
 FORMAT_VERSION = 1
 SINGLE_TIER = 'single'
-TIERS = (*tiers.TIER_NAMES, SINGLE_TIER)
+TIERS = (*tiers.TIER_NAMES, *device_tiers.TIER_NAMES, SINGLE_TIER)
 
 
 class ManifestError(ValueError):

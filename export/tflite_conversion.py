@@ -102,22 +102,29 @@ def _representative_dataset(
 
 
 def convert_to_tflite(
-    module: on_device_model.OnDeviceRecommender,
+    module,
     quantization: str = 'float32',
     *,
     representative_item_ids: Sequence[int] | None = None,
     representative_user_embeddings: np.ndarray | None = None,
+    representative_samples=None,
 ) -> bytes:
-  """The TFLite flatbuffer of `module` with signatures 'score' and 'top_k'.
+  """The TFLite flatbuffer of `module` with its signatures ('score' and
+  'top_k' of an `OnDeviceRecommender`, 'predict' of an
+  `on_device_click_model.OnDeviceClickModel`).
 
   Args:
-    module: The model to convert.
+    module: The model to convert (a module with `signatures`).
     quantization: One of `QUANTIZATIONS` (module docstring).
     representative_item_ids: int [N] ids in [0, I) to calibrate
       'full_integer' on (the user's own items, or all items, see above);
       required for it, ignored otherwise.
     representative_user_embeddings: float32 [U, d]; for 'full_integer' of a
       module that takes `user_embedding`, one calibration sample per row.
+    representative_samples: For 'full_integer' of any other module (a
+      click-through model's `predict`): a generator function of
+      (signature key, inputs) calibration samples, used instead of the
+      two above.
 
   Returns:
     The model, ready for `tf.lite.Interpreter(model_content=...)`.
@@ -138,9 +145,10 @@ def convert_to_tflite(
     if quantization == 'float16':
       converter.target_spec.supported_types = [tf.float16]
     if quantization == 'full_integer':
-      converter.representative_dataset = _representative_dataset(
-          module, representative_item_ids, representative_user_embeddings
-      )
+      converter.representative_dataset = (
+          representative_samples or _representative_dataset(
+              module, representative_item_ids,
+              representative_user_embeddings))
       converter.target_spec.supported_ops = [
           tf.lite.OpsSet.TFLITE_BUILTINS_INT8,
           tf.lite.OpsSet.TFLITE_BUILTINS,

@@ -17,7 +17,9 @@ import numpy as np
 import tensorflow as tf
 
 from tff_fedrec import atomic_files
+from tff_fedrec.algorithms.rf2 import models as click_models
 from tff_fedrec.export import manifest
+from tff_fedrec.export import on_device_click_model
 from tff_fedrec.export import on_device_model
 from tff_fedrec.export import tflite_conversion
 from tff_fedrec.programs import execution
@@ -156,7 +158,79 @@ def _logit_differences(model, reference, scorer) -> dict:
   }
 
 
+def _click_scorer(module=None, model_bytes=None):
+  """Logits of `method.FeatureRows`: the TF module, or the TFLite
+  interpreter running the exported file."""
+  if model_bytes is None:
+    run = lambda **inputs: module.predict(**inputs)['logits'].numpy()
+  else:
+    runner = tf.lite.Interpreter(model_content=model_bytes).get_signature_runner(
+        on_device_click_model.PREDICT_SIGNATURE)
+    run = lambda **inputs: runner(**inputs)['logits']
+  # An empty batch would crash TFLite's interpreter (a segmentation fault).
+  return lambda rows: np.zeros([0], np.float32) if not rows.users.size else (
+      np.asarray(run(**{
+      name: np.asarray(value, np.int32) for name, value in
+      on_device_click_model.OnDeviceClickModel.inputs(rows.features).items()
+  }), np.float32))
+
+
+def _export_click_model(prepared, model, output_dir, quantizations, report):
+  """A device tier's click-through model (RF²): its `predict` file per
+  quantization, with the AUC and log-loss of the tier's test events by TF
+  and by the file."""
+  shapes = prepared.protocol.run_data().feature_shapes
+  module = on_device_click_model.OnDeviceClickModel(
+      click_models.spec_of(model.architecture, model.params), model.params,
+      genres_width=shapes['genres_width'],
+      history_length=shapes['history_length'])
+  users, _ = _eval_cases(model, _EVAL_USERS.value)
+  protocol = prepared.protocol
+  metrics_of = lambda scorer: protocol.test_metrics(
+      users, lambda position, rows: scorer(rows))
+  reference = _click_scorer(module=module)
+  tf_metrics = metrics_of(reference)
+  # Calibration and comparison rows: the first users' test events.
+  sample = protocol.feature_rows(protocol.test_rows(users[:8]))
+  name = export_layout.model_folder(tier=model.tier, user_id=None)
+  entries = []
+  for quantization in quantizations:
+    start = time.perf_counter()
+    model_bytes = tflite_conversion.convert_to_tflite(
+        module, quantization, representative_samples=lambda: (
+            (on_device_click_model.PREDICT_SIGNATURE,
+             {k: np.asarray(v[s:s + 32], np.int32) for k, v in
+              on_device_click_model.OnDeviceClickModel.inputs(
+                  sample.features).items()})
+            # Whole batches: TFLite's calibrator keeps a stale shape of
+            # DIN's attention when the batch size changes between samples.
+            for s in range(0, max(sample.users.size - 31, 1), 32)))
+    seconds = time.perf_counter() - start
+    entries.append(manifest.write_model_file(
+        output_dir, f'{name}/{quantization}.tflite', model_bytes,
+        method=prepared.method_name, tier=model.tier, user=None,
+        embedding_dim=model.embedding_dim, quantization=quantization,
+    ))
+    scorer = _click_scorer(model_bytes=model_bytes)
+    expected = reference(sample)
+    report.append({
+        'model': name, 'tier': model.tier, 'user': None,
+        'quantization': quantization, 'file_bytes': len(model_bytes),
+        'convert_seconds': seconds,
+        'max_abs_logit_difference': float(np.max(np.abs(
+            scorer(sample) - expected))),
+        'max_abs_logit': float(np.max(np.abs(expected))),
+        'eval_users': int(users.size),
+        'tf': tf_metrics, 'tflite': metrics_of(scorer),
+    })
+    print(_report_line(report[-1]), flush=True)
+  return entries
+
+
 def _export_model(prepared, model, output_dir, quantizations, report):
+  if model.architecture in click_models.ARCHITECTURES:
+    return _export_click_model(prepared, model, output_dir, quantizations,
+                               report)
   module = on_device_model.OnDeviceRecommender.from_model_parameters(
       model.architecture, model.params,
       split_first_layer=model.split_first_layer, top_k=_TOP_K.value,

@@ -39,6 +39,7 @@ from tff_fedrec.programs.flag_groups import execution as execution_flags
 from tff_fedrec.programs.flag_groups import fedrap as fedrap_flags
 from tff_fedrec.programs.flag_groups import group
 from tff_fedrec.programs.flag_groups import protocols as protocol_flags
+from tff_fedrec.programs.flag_groups import rf2 as rf2_flags
 from tff_fedrec.programs.flag_groups import run as run_flags
 from tff_fedrec.programs.flag_groups import tiered as tiered_flags
 from tff_fedrec.programs.flag_groups import tiers as tiers_flags
@@ -57,7 +58,7 @@ GROUPS = {
     flag_group.name: flag_group
     for module in (data_flags, run_flags, execution_flags, tiers_flags,
                    protocol_flags, training_flags, exchange_flags,
-                   tiered_flags, apfr_gkd_flags, fedrap_flags)
+                   tiered_flags, apfr_gkd_flags, fedrap_flags, rf2_flags)
     for flag_group in module.GROUPS
 }
 
@@ -191,17 +192,19 @@ def prepare_run(*, log: Callable[[str], None] = print,
   data_config = data_flags.data_config(run_flags.SEED.value)
   data, fingerprint = _load_data(entry, data_config, run_flags.ROOT_DIR.value)
   tier_policy = tiers_flags.tier_policy()
+  protocol_from_flags = protocol_flags.PROTOCOLS[entry.protocol]
   user_tiers = tier_policy.assign(
-      data.train_offsets, data.train_items, run_flags.SEED.value)
-  protocol = protocol_flags.PROTOCOLS[entry.protocol].build(
-      data, user_tiers, tier_policy.tier_names)
+      data.train_offsets, data.train_items, run_flags.SEED.value,
+      clicks=protocol_from_flags.clicks(data))
+  protocol = protocol_from_flags.build(data, user_tiers,
+                                       tier_policy.tier_names)
   run_data = protocol.run_data(user_tiers)
   method = entry.build(
       data=run_data, seed=run_flags.SEED.value,
       **builder_arguments(entry, run_data),
   )
   loop_config = training_loop.LoopConfig(
-      rounds=run_flags.ROUNDS.value,
+      rounds=run_flags.rounds(protocol.rounds_per_epoch),
       eval_every=run_flags.EVAL_EVERY.value or protocol.default_eval_every,
       checkpoint_every=run_flags.CHECKPOINT_EVERY.value,
       users_per_client=run_flags.USERS_PER_TFF_CLIENT.value,
@@ -220,10 +223,9 @@ def prepare_run(*, log: Callable[[str], None] = print,
           **method.config_summary(),
       },
   }
-  rounds_per_epoch = -(-data.num_users // protocol.clients_per_round)
   log(f'{entry.name} on {data_config.dataset}: {data.num_users} users, '
       f'{data.num_items} items, {protocol.clients_per_round} clients per '
-      f'round ({rounds_per_epoch} rounds per epoch); '
+      f'round ({protocol.rounds_per_epoch} rounds per epoch); '
       f'{method.description()}')
   root_dir = run_flags.ROOT_DIR.value
   return PreparedRun(

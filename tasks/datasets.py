@@ -17,6 +17,8 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from tff_fedrec.tasks import click_through
+from tff_fedrec.tasks import click_through_protocol
 from tff_fedrec.tasks import errors
 from tff_fedrec.tasks import interactions_file
 from tff_fedrec.tasks import movielens
@@ -154,6 +156,27 @@ def split_random(
     return preprocessing.random_split(
         indexed, train_fraction=train_fraction, seed=config.seed
     )
+
+
+def split_click_through(
+    config: DataConfig, interactions: pd.DataFrame
+) -> click_through_protocol.ClickThroughSplit:
+  """`config`'s loaded ratings as RF²'s click-through events
+  (`click_through`): a MovieLens data set's movies with their genres (its
+  movie file, fetched and cached), any other file's items without
+  genres."""
+  with _naming_the_source(config):
+    if config.min_interactions_per_user:
+      counts = interactions['user'].map(interactions['user'].value_counts())
+      interactions = interactions[
+          counts >= config.min_interactions_per_user]
+    if config.dataset in movielens.MOVIELENS_ITEM_SOURCES:
+      genres = movielens.load_movie_genres(config.dataset,
+                                           cache_dir=config.cache_dir)
+    else:
+      genres = {item: () for item in interactions['item'].unique().tolist()}
+    return click_through_protocol.ClickThroughSplit.of(
+        click_through.click_through_split(interactions, genres))
 
 
 def load_leave_one_out(

@@ -52,6 +52,11 @@ class Protocol(abc.ABC):
   clients_per_round: int
   default_eval_every: int = 1
 
+  @property
+  def rounds_per_epoch(self) -> int:
+    """Rounds in which, on average, every client trains once."""
+    return -(-self.data.num_users // self.clients_per_round)
+
   def run_data(self, user_tiers=None) -> method_lib.RunData:
     """What a method is told of the data (`method.RunData`)."""
     return method_lib.RunData.of(self.data, user_tiers)

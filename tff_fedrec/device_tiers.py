@@ -152,15 +152,18 @@ class RoundRobin:
   tier_names = TIER_NAMES
   description = 'device tiers round_robin'
 
-  def assign(self, train_offsets, train_items=None, seed: int = 0):
-    del train_items, seed  # Deterministic, by training examples alone.
+  def assign(self, train_offsets, train_items=None, seed: int = 0,
+             clicks=None):
+    del train_items, seed, clicks  # Deterministic, by training examples.
     return round_robin(np.diff(np.asarray(train_offsets)))
 
 
 class Dirichlet:
-  """The tier policy of `dirichlet` at `alpha`, the users' training items
-  as their clicks (the reference code also counts their test clicks; a
-  run's tiers here do not depend on its held-out data)."""
+  """The tier policy of `dirichlet` at `alpha`, by the users' training
+  clicks: `clicks` (offsets, items) where the protocol labels events (the
+  click-through task), else their training items (the reference code also
+  counts their test clicks; a run's tiers here do not depend on its
+  held-out data)."""
 
   tier_names = TIER_NAMES
 
@@ -175,8 +178,9 @@ class Dirichlet:
   def description(self) -> str:
     return f'device tiers dirichlet:{self.alpha:g}'
 
-  def assign(self, train_offsets, train_items, seed: int = 0):
-    return dirichlet(train_offsets, train_items, self.alpha, seed)
+  def assign(self, train_offsets, train_items, seed: int = 0, clicks=None):
+    offsets, items = clicks or (train_offsets, train_items)
+    return dirichlet(offsets, items, self.alpha, seed)
 
 
 def policy_from_flag(value: str):

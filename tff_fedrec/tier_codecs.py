@@ -21,7 +21,11 @@ computation (the bytes counted are then the bytes that would cross).
 
 A rate of 0 and 32 bits (`UNTOUCHED_BITS`) leave the delta as it is.
 `seed` is a stateless seed, int [2] (`tf.random.stateless_uniform`).
+`UpdateCodec` is one tier's choice of these, and the bytes of its
+message.
 """
+
+import dataclasses
 
 import tensorflow as tf
 
@@ -84,3 +88,65 @@ def quantize(delta: tf.Tensor, bits: int, seed) -> tf.Tensor:
 def quantize_separate_sign(delta: tf.Tensor, bits: int, seed) -> tf.Tensor:
   """QuantS of the module docstring."""
   return _quantized(delta, bits, seed, separate_sign=True)
+
+
+CODEC_KINDS = ('none', 'prune', 'quant', 'quants')
+
+
+@dataclasses.dataclass(frozen=True)
+class UpdateCodec:
+  """One tier's encoding of every tensor of an update, and the size of its
+  message.
+
+  Attributes:
+    kind: 'none', 'prune' (`value` the rate), 'quant' or 'quants' (`value`
+      the bits; 32 leaves the tensor as it is).
+    value: The rate or the bits.
+
+  Message bytes per tensor of n elements: 'none' 4n; 'prune' 4 per kept
+  element plus the 8-byte seed that regenerates the mask; 'quant'
+  ceil(n bits / 8) plus min and max (8); 'quants' ceil(n (bits + 1) / 8)
+  plus max |x| (4); untouched tiers (rate 0, 32 bits) 4n.
+  """
+
+  kind: str = 'none'
+  value: float = 0.0
+
+  def __post_init__(self):
+    if self.kind not in CODEC_KINDS:
+      raise ValueError(f'kind must be one of {CODEC_KINDS}; got '
+                       f'{self.kind!r}.')
+    if self.kind == 'prune' and not 0.0 <= self.value < 1.0:
+      raise ValueError(f'A prune rate must be in [0, 1); got {self.value}.')
+    if self.kind in ('quant', 'quants') and (
+        self.value != int(self.value)
+        or not 1 <= self.value <= UNTOUCHED_BITS):
+      raise ValueError(f'Bits must be an integer in [1, {UNTOUCHED_BITS}]; '
+                       f'got {self.value}.')
+
+  @property
+  def untouched(self) -> bool:
+    return (self.kind == 'none' or (self.kind == 'prune' and self.value == 0)
+            or (self.kind != 'prune' and self.value == UNTOUCHED_BITS))
+
+  def encode(self, delta: tf.Tensor, seed) -> tf.Tensor:
+    """The decoded message of one tensor: what the server receives."""
+    if self.untouched:
+      return delta
+    if self.kind == 'prune':
+      return prune(delta, self.value, seed)
+    return _quantized(delta, int(self.value), seed,
+                      separate_sign=self.kind == 'quants')
+
+  def message_bytes(self, delta: tf.Tensor, seed) -> tf.Tensor:
+    """float32: the bytes of one tensor's message (class docstring)."""
+    n = tf.cast(tf.size(delta), tf.float32)
+    if self.untouched:
+      return 4.0 * n
+    if self.kind == 'prune':
+      kept = tf.reduce_sum(tf.cast(_uniform(delta, seed) > self.value,
+                                   tf.float32))
+      return 4.0 * kept + 8.0
+    if self.kind == 'quant':
+      return tf.math.ceil(n * self.value / 8.0) + 8.0
+    return tf.math.ceil(n * (self.value + 1.0) / 8.0) + 4.0

@@ -129,7 +129,7 @@ class ByInteractions:
     return 'by interactions ' + ':'.join(f'{r:g}' for r in self.ratio)
 
   def assign(self, train_offsets: Sequence[int], train_items=None,
-             seed: int = 0):
-    del train_items  # Only their number counts.
+             seed: int = 0, clicks=None):
+    del train_items, clicks  # Only their number counts.
     del seed  # Deterministic: sorted by count, ties in user order.
     return assign_tiers_by_interactions(np.diff(train_offsets), self.ratio)

@@ -16,7 +16,9 @@ from absl import flags
 
 from tff_fedrec.algorithms import registry
 from tff_fedrec.programs.flag_groups import group
+from tff_fedrec.programs.flag_groups import rf2 as rf2_flags
 from tff_fedrec.programs.flag_groups import run as run_flags
+from tff_fedrec.tasks import click_through_protocol
 from tff_fedrec.tasks import datasets
 from tff_fedrec.tasks import leave_one_out
 from tff_fedrec.tasks import random_split
@@ -48,10 +50,14 @@ class ProtocolFromFlags:
     split: (data config, interactions) -> the split data.
     build: (split data, user tiers, tier names) -> the
       `tasks.protocol.Protocol`.
+    clicks: split data -> (offsets, items) of each user's training clicks,
+      which a Dirichlet device mapping groups users by, or None where every
+      training item is a click.
   """
 
   split: Callable
   build: Callable
+  clicks: Callable = lambda data: None
 
 
 def _leave_one_out(data, user_tiers,
@@ -76,6 +82,25 @@ def _random_split(data, user_tiers,
   )
 
 
+def _selection(optimization):
+  """The client selection of RF²'s --tier_optimization."""
+  if optimization.selection == 'exclude_low':
+    return click_through_protocol.ExcludeTier(0)
+  if optimization.selection == 'overselect':
+    return click_through_protocol.Overselect(optimization.overselect_share)
+  return click_through_protocol.AllClients()
+
+
+def _click_through(data, user_tiers,
+                   tier_names) -> click_through_protocol.ClickThrough:
+  return click_through_protocol.ClickThrough(
+      data, user_tiers=user_tiers, tier_names=tier_names,
+      clients_per_round=run_flags.clients_per_round(data.num_users),
+      selection=_selection(rf2_flags.optimization()),
+      seed=run_flags.SEED.value,
+  )
+
+
 PROTOCOLS = {
     registry.LEAVE_ONE_OUT: ProtocolFromFlags(
         split=lambda config, interactions: datasets.split_leave_one_out(
@@ -85,6 +110,10 @@ PROTOCOLS = {
     ),
     registry.RANDOM_SPLIT: ProtocolFromFlags(
         split=datasets.split_random, build=_random_split,
+    ),
+    registry.CLICK_THROUGH: ProtocolFromFlags(
+        split=datasets.split_click_through, build=_click_through,
+        clicks=lambda data: data.training_clicks(),
     ),
 }
 
@@ -97,5 +126,9 @@ GROUPS = (
     group.FlagGroup(
         'random_split', 'the 80/20 random-split protocol (full ranking)',
         (TRAINING_NEGATIVES,),
+    ),
+    group.FlagGroup(
+        'click_through', 'the click-through protocol (AUC per device tier)',
+        (),
     ),
 )

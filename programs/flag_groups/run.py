@@ -13,6 +13,13 @@ METHOD = flags.DEFINE_string(
     f'({", ".join(registry.METHODS)}, or one a program registered).'
 )
 ROUNDS = flags.DEFINE_integer('rounds', 100, 'Communication rounds.')
+EPOCHS = flags.DEFINE_integer(
+    'epochs', None,
+    'Train this many epochs of the protocol\'s clients instead of --rounds: '
+    'rounds = epochs x rounds per epoch (RF²\'s click-through: every '
+    'client that trains does once an epoch, fewer rounds when a tier is '
+    'excluded or clients are overselected).',
+)
 CLIENTS_PER_ROUND = flags.DEFINE_integer(
     'clients_per_round', None,
     'Clients per round (default: all users for the leave-one-out methods, '
@@ -68,6 +75,13 @@ MAX_WORKER_RESTARTS = flags.DEFINE_integer(
 )
 
 
+def rounds(rounds_per_epoch: int) -> int:
+  """The rounds to train: --epochs x `rounds_per_epoch`, or --rounds."""
+  if EPOCHS.value is None:
+    return ROUNDS.value
+  return EPOCHS.value * rounds_per_epoch
+
+
 def clients_per_round(num_users: int):
   """--clients_per_round or --client_fraction of `num_users` users, or None
   for the protocol's default."""
@@ -104,7 +118,12 @@ def _check(entry) -> None:
         f'--seed={SEED.value} is out of range: give an integer from 0 to '
         f'{MAX_SEED}.'
     )
-  group.require_positive(ROUNDS, USERS_PER_TFF_CLIENT, CHECKPOINT_EVERY,
+  # run.flags records --rounds' default too, which an export reads back as
+  # given: only another value clashes with --epochs.
+  if (EPOCHS.value is not None
+      and ROUNDS.value != flags.FLAGS['rounds'].default):
+    raise group.FlagError('Give --rounds or --epochs, not both.')
+  group.require_positive(ROUNDS, EPOCHS, USERS_PER_TFF_CLIENT, CHECKPOINT_EVERY,
                          EVAL_EVERY, NEGATIVES, CLIENTS_PER_ROUND,
                          COHORT_SIZE)
   group.require_at_most(NEGATIVES, MAX_NEGATIVES,
@@ -130,7 +149,7 @@ def _check(entry) -> None:
 GROUPS = (
     group.FlagGroup(
         'run', 'the run',
-        (METHOD, ROUNDS, CLIENTS_PER_ROUND, CLIENT_FRACTION,
+        (METHOD, ROUNDS, EPOCHS, CLIENTS_PER_ROUND, CLIENT_FRACTION,
          USERS_PER_TFF_CLIENT, COHORT_SIZE, COHORT_STATE_MB, NEGATIVES, SEED,
          ROOT_DIR, EVAL_EVERY, CHECKPOINT_EVERY, MAX_WORKER_RESTARTS),
         check=_check,

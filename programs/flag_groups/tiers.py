@@ -35,7 +35,9 @@ DEVICE_TIERS = flags.DEFINE_string(
 def tier_policy():
   """The tier policy of --device_tiers, or else of --tier_ratio."""
   if DEVICE_TIERS.value is not None:
-    if flags.FLAGS['tier_ratio'].present:
+    # run.flags records every flag, --tier_ratio's default too, so an
+    # export or a resume reads it back as given: only another value clashes.
+    if TIER_RATIO.value != flags.FLAGS['tier_ratio'].default:
       raise group.FlagError(
           'Give --device_tiers or --tier_ratio, not both: a user has one '
           'tier.')

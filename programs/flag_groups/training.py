@@ -7,6 +7,7 @@ never replaces a builder's (`flag_defaults_test`)."""
 
 from absl import flags
 
+from tff_fedrec.algorithms import registry
 from tff_fedrec.programs.flag_groups import group
 
 LEARNING_RATE = flags.DEFINE_float(
@@ -61,12 +62,16 @@ HIDDEN_UNITS = flags.DEFINE_list(
     '(PFedRec: none, as in the paper; FedNCF: 32,16,8; FedRAS\'s NCF: '
     '64,32,16; APFR-GKD: 32; the tiered methods\' scorer: 8,8).',
 )
+# The models of the ranking methods, and of the click-through one (RF²).
+RANKING_MODELS = ('mf', 'ncf', 'lightgcn')
+CLICK_THROUGH_MODELS = ('dlrm', 'din')
 MODEL = flags.DEFINE_enum(
-    'model', None, ['mf', 'ncf', 'lightgcn'],
+    'model', None, [*RANKING_MODELS, *CLICK_THROUGH_MODELS],
     'FedRAS and its baselines: mf (default) or ncf. Tiered methods: ncf '
     '(default) or lightgcn (one propagation layer on each user\'s local '
-    'graph).',
+    'graph). RF²: dlrm (default) or din.',
 )
+
 
 
 # Sizes above these would exhaust memory (or a 32-bit dimension) before the
@@ -158,6 +163,18 @@ def _model(context: group.BuildContext) -> dict:
   return {} if MODEL.value is None else {'model': MODEL.value}
 
 
+def _check_model(entry) -> None:
+  if MODEL.value is None:
+    return
+  click_through = entry.protocol == registry.CLICK_THROUGH
+  if (MODEL.value in CLICK_THROUGH_MODELS) != click_through:
+    allowed = (CLICK_THROUGH_MODELS if click_through else
+               RANKING_MODELS)
+    raise group.FlagError(
+        f'--model={MODEL.value} does not apply to --method={entry.name}: '
+        f'it takes {", ".join(allowed)}.')
+
+
 GROUPS = (
     group.FlagGroup(
         'training', 'local training', (LEARNING_RATE, LOCAL_EPOCHS),
@@ -186,7 +203,7 @@ GROUPS = (
         _score_layers, lambda entry: hidden_units(),
     ),
     group.FlagGroup(
-        'base_model', 'the base model of FedRAS and the tiered methods',
-        (MODEL,), _model,
+        'base_model', 'the base model of FedRAS, the tiered methods and RF²',
+        (MODEL,), _model, _check_model,
     ),
 )

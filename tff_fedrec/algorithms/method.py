@@ -52,6 +52,11 @@ class RunData:
       sizes models by it, FedRAS can set bandwidths by it, the protocols
       report per tier); None puts every user in one tier, and a method
       that needs tiers refuses it.
+    tier_names: What the protocol calls tiers 0, 1, 2 (None: the tier
+      policy's default, `tiers.TIER_NAMES`).
+    feature_shapes: The widths of a click-through protocol's feature rows
+      (`{'num_genres': G, 'genres_width': ..., 'history_length': H}`), or
+      None for a ranking protocol.
     scored_items: (offsets int64 [U + 1], items int [nnz]): CSR of the
       items the protocol scores each user's model on, ascending per user
       (leave-one-out: its validation and test candidates), or None when it
@@ -66,12 +71,15 @@ class RunData:
   train_items: np.ndarray
   user_tiers: Optional[np.ndarray] = None
   scored_items: Optional[tuple[np.ndarray, np.ndarray]] = None
+  feature_shapes: Optional[dict] = None
+  tier_names: Optional[tuple[str, ...]] = None
 
   @classmethod
-  def of(cls, data, user_tiers=None, scored_items=None) -> 'RunData':
+  def of(cls, data, user_tiers=None, scored_items=None, **fields
+         ) -> 'RunData':
     """From a protocol's split data (anything with these fields)."""
     return cls(data.num_users, data.num_items, data.train_offsets,
-               data.train_items, user_tiers, scored_items)
+               data.train_items, user_tiers, scored_items, **fields)
 
   @property
   def train_counts(self) -> np.ndarray:
@@ -119,6 +127,20 @@ class CandidateItems:
 
   users: np.ndarray
   items: Optional[np.ndarray] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureRows:
+  """A click-through protocol's evaluation examples: events, each scored
+  by its user's model.
+
+  Attributes:
+    users: int [N], each event's user.
+    features: `OrderedDict(item [N], genres [N, G], history [N, H])`.
+  """
+
+  users: np.ndarray
+  features: collections.OrderedDict
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,7 +209,7 @@ class Method(abc.ABC):
   def score(self, server_state, store, examples) -> np.ndarray:
     """The scores (logits) of each user's own model for a protocol's
     evaluation examples: for `CandidateItems`, [U, C] for its items [U, C]
-    or [U, I] for every item."""
+    or [U, I] for every item; for `FeatureRows`, [N]."""
 
   def summary_fields(self, server_state, store, history: list) -> dict:
     """The method's fields of the run's summary, from its state and the

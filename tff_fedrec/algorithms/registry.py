@@ -25,6 +25,7 @@ from typing import Optional
 
 LEAVE_ONE_OUT = 'leave_one_out'
 RANDOM_SPLIT = 'random_split'
+CLICK_THROUGH = 'click_through'
 
 # Groups of the local-SGD methods of PFedRec's paper, FedRAS's, and the
 # tiered ones of HeteFedRec's; `user_embedding` for those with one. Every
@@ -43,7 +44,7 @@ class MethodEntry:
   Attributes:
     name: Its `--method` name.
     builder: 'module:function' of its builder.
-    protocol: LEAVE_ONE_OUT or RANDOM_SPLIT.
+    protocol: LEAVE_ONE_OUT, RANDOM_SPLIT or CLICK_THROUGH.
     flag_groups: The groups of flags it takes.
     paper: Where it comes from.
     arguments: Builder arguments fixed by the entry (an ablation).
@@ -151,6 +152,9 @@ _ENTRIES = (
     MethodEntry('fedrap', f'{_ALGORITHMS}.fedrap.method:build_fedrap',
                 LEAVE_ONE_OUT, ('training', 'embedding', 'fedrap'),
                 'FedRAP (Li et al., ICLR 2024), APFR-GKD baseline'),
+    MethodEntry('rf2', f'{_ALGORITHMS}.rf2.method:build_rf2', CLICK_THROUGH,
+                ('base_model', 'rf2'),
+                'RF² (Maeng et al., RecSys 2022)'),
 )
 
 METHODS = {entry.name: entry for entry in _ENTRIES}

@@ -11,6 +11,10 @@ A finalizer plays `roles.Finalizer`:
                     McMahan et al. 2017).
   ServerAdam        an Adam step on the aggregated gradient, the moments
                     kept as state (Kingma & Ba 2015, Algorithm 1).
+  ServerAdagrad     an Adagrad step on the aggregated pseudo-gradient with
+                    PyTorch's semantics (Duchi et al. 2011; RF²'s server
+                    optimizer): accumulator from `initial_accumulator`
+                    (0), eps outside the root.
   SubtractChanges   x <- x - the aggregated change (the clients took the
                     steps).
 
@@ -127,6 +131,56 @@ class ServerAdam:
       return collections.OrderedDict(
           m=optimizer.m, v=optimizer.v, step=optimizer.step
       ), params
+
+    new_state, new_global = map_on_server(
+        step, state, global_parameters, aggregate)
+    return new_state, new_global, no_measurements()
+
+
+def adagrad_step(parameters, accumulator, gradient, *, learning_rate: float,
+                 epsilon: float):
+  """TF, any nest: (new parameters, new accumulator) of PyTorch's Adagrad
+  (no decay, no weight decay): s <- s + g^2; x <- x - lr g / (sqrt(s) +
+  eps). TFF's `build_adagrad` differs: accumulator from 0.1, eps inside
+  the root."""
+  accumulator = tf.nest.map_structure(
+      lambda s, g: s + tf.square(g), accumulator, gradient)
+  parameters = tf.nest.map_structure(
+      lambda x, s, g: x - learning_rate * g / (tf.sqrt(s) + epsilon),
+      parameters, accumulator, gradient)
+  return parameters, accumulator
+
+
+class ServerAdagrad:
+  """x <- Adagrad(x, g), g the aggregate, as PyTorch's `optim.Adagrad`
+  (`adagrad_step`); state <accumulator>."""
+
+  def __init__(self, initial_parameters, *, learning_rate: float,
+               initial_accumulator: float = 0.0, epsilon: float = 1e-10):
+    """`initial_parameters`: numpy arrays in the nest of the global
+    parameters (their shapes give the accumulator's)."""
+    self._learning_rate, self._epsilon = learning_rate, epsilon
+
+    @tff.tensorflow.computation
+    def initial_state():
+      return collections.OrderedDict(accumulator=tf.nest.map_structure(
+          lambda x: tf.fill(x.shape, tf.constant(initial_accumulator,
+                                                 x.dtype)),
+          initial_parameters))
+
+    self.initial_state = initial_state
+
+  def finalize(self, state, global_parameters, aggregate, round_num):
+    del round_num
+    learning_rate, epsilon = self._learning_rate, self._epsilon
+
+    def step(state, global_parameters, aggregate):
+      params, accumulator = adagrad_step(
+          global_parameters, as_structure_of(global_parameters,
+                                             state['accumulator']),
+          as_structure_of(global_parameters, aggregate),
+          learning_rate=learning_rate, epsilon=epsilon)
+      return collections.OrderedDict(accumulator=accumulator), params
 
     new_state, new_global = map_on_server(
         step, state, global_parameters, aggregate)

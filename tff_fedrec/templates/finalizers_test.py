@@ -46,6 +46,39 @@ def test_server_adam_steps_on_the_aggregate_and_keeps_its_moments():
   assert state['finalizer']['step'] == 3.0
 
 
+def _numpy_torch_adagrad(x, gradients, learning_rate, initial=0.0,
+                         eps=1e-10):
+  """torch.optim.Adagrad's update (lr_decay 0, weight_decay 0): sum +=
+  g^2; x -= lr g / (sqrt(sum) + eps)."""
+  x = x.astype(np.float64)
+  total = np.full_like(x, initial)
+  for g in gradients:
+    total = total + g * g
+    x = x - learning_rate * g / (np.sqrt(total) + eps)
+  return x
+
+
+def test_server_adagrad_is_pytorchs_from_a_zero_accumulator():
+  process = toy_process.build(
+      finalizers.ServerAdagrad(toy_process.GLOBAL, learning_rate=0.1))
+  state = process.initialize()
+  state, _, _ = process.next(state, toy_process.LOCALS, toy_process.DATA)
+  # From a zero accumulator the first step moves every coordinate whose
+  # gradient is not zero by the learning rate itself, whatever |g|
+  # (TFF's Adagrad, from 0.1 with eps inside the root, would not).
+  np.testing.assert_allclose(
+      state['global_parameters']['w'],
+      toy_process.GLOBAL['w'] - 0.1 * np.sign(toy_process.MEAN), rtol=1e-6)
+  for _ in range(2):
+    state, _, _ = process.next(state, toy_process.LOCALS, toy_process.DATA)
+  np.testing.assert_allclose(
+      state['global_parameters']['w'],
+      _numpy_torch_adagrad(toy_process.GLOBAL['w'], [toy_process.MEAN] * 3,
+                           0.1), rtol=1e-5)
+  np.testing.assert_allclose(state['finalizer']['accumulator']['w'],
+                             3 * toy_process.MEAN**2, rtol=1e-5)
+
+
 def test_subtract_changes_moves_by_minus_the_aggregate():
   process = toy_process.build(finalizers.SubtractChanges())
   state, _, _ = process.next(
