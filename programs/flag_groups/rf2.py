@@ -14,6 +14,7 @@ import os
 from absl import flags
 
 from tff_fedrec.algorithms.rf2 import tier_optimizations
+from tff_fedrec.programs import run_directory
 from tff_fedrec.programs.flag_groups import group
 from tff_fedrec.programs.flag_groups import run as run_flags
 from tff_fedrec.programs.flag_groups import tiers as tiers_flags
@@ -69,13 +70,8 @@ def _check_paired_baseline(baseline: str) -> None:
         'run: give the --root_dir of a finished rf2 run with '
         '--tier_optimization=none.') from None
   # The seed as the run was given it (its run.flags).
-  try:
-    with open(os.path.join(baseline, 'run.flags')) as file:
-      config['seed'] = next(
-          int(line.split('=', 1)[1]) for line in file
-          if line.startswith('--seed='))
-  except (OSError, StopIteration, ValueError):
-    config['seed'] = None
+  seed = (run_directory.saved_flags(baseline, ()) or {}).get('seed')
+  config['seed'] = int(seed) if seed and seed.isdigit() else seed
   expected = {
       'tier_optimization': 'none', 'seed': run_flags.SEED.value,
       'tiers': tiers_flags.tier_policy().description,

@@ -87,9 +87,9 @@ def user_delta(spec, params, features, labels, mask, *,
       lambda g: learning_rate * tf.convert_to_tensor(g), gradients), total
 
 
-def _client_work(spec, channel_masks, genres_width, history_length,
+def _client_work(spec, shapes, channel_masks, genres_width, history_length,
                  learning_rate, embedding_l2):
-  shapes = models.initial_parameters(spec, np.random.default_rng(0))
+  """`shapes`: arrays in the nest of the parameters (their shapes)."""
   global_type = tff.to_type(tf.nest.map_structure(
       lambda x: tff.TensorType(np.float32, x.shape), shapes))
   stacked_masks = None if channel_masks is None else tf.nest.map_structure(
@@ -159,8 +159,8 @@ def build_process(
   """
   masks = None if channel_multipliers is None else [
       models.channel_masks(spec, m) for m in channel_multipliers]
-  work = _client_work(spec, masks, genres_width, history_length,
-                      learning_rate, embedding_l2)
+  work = _client_work(spec, initial_params, masks, genres_width,
+                      history_length, learning_rate, embedding_l2)
   initial = tff.tensorflow.computation(
       lambda: tf.nest.map_structure(tf.constant, initial_params))
   return composer.compose_client_state_process(
