@@ -42,6 +42,7 @@ from tff_fedrec import one_ahead
 from tff_fedrec.algorithms import method as method_lib
 from tff_fedrec.programs import interrupts
 from tff_fedrec.programs import numpy_program_state
+from tff_fedrec.programs import paired_runs
 from tff_fedrec.tasks import protocol as protocol_lib
 from tff_fedrec.templates import cohorts
 
@@ -226,6 +227,7 @@ class TrainingRun:
       log: Callable[[str], None] = print,
       worker_pid: Optional[int] = None,
       summary_fields: Optional[dict] = None,
+      paired_baseline: Optional[str] = None,
   ):
     self.method = method
     self.protocol = protocol
@@ -234,6 +236,7 @@ class TrainingRun:
     self._log = log
     self._worker_pid = worker_pid
     self._summary_fields = dict(summary_fields or {})
+    self._paired_baseline = paired_baseline
     os.makedirs(root_dir, exist_ok=True)
     self._state_manager = checkpoint_manager(root_dir)
     self._csv = tff.program.CSVFileReleaseManager(
@@ -392,10 +395,15 @@ class TrainingRun:
     )
 
   def summary(self) -> dict:
+    protocol_fields = self.protocol.summary(self.history)
+    if self._paired_baseline is not None:
+      protocol_fields['mdac'] = paired_runs.mdac_fields(
+          protocol_fields['test']['per_tier'], self._paired_baseline,
+          self.protocol.fairness_metric)
     return {
         **self._summary_fields,
         'rounds_completed': self.next_round,
-        **self.protocol.summary(self.history),
+        **protocol_fields,
         **self.method.summary_fields(
             self.server_state, self.store, self.history
         ),

@@ -30,6 +30,7 @@ from tff_fedrec.algorithms import method as method_lib
 from tff_fedrec.algorithms import registry
 from tff_fedrec.programs import execution
 from tff_fedrec.programs import interrupts
+from tff_fedrec.programs import paired_runs
 from tff_fedrec.programs import run_directory
 from tff_fedrec.programs import training_loop
 from tff_fedrec.programs.flag_groups import apfr_gkd as apfr_gkd_flags
@@ -42,6 +43,7 @@ from tff_fedrec.programs.flag_groups import protocols as protocol_flags
 from tff_fedrec.programs.flag_groups import rf2 as rf2_flags
 from tff_fedrec.programs.flag_groups import run as run_flags
 from tff_fedrec.programs.flag_groups import tiered as tiered_flags
+from tff_fedrec.programs.flag_groups import tier_optimization as tier_optimization_flags
 from tff_fedrec.programs.flag_groups import tiers as tiers_flags
 from tff_fedrec.programs.flag_groups import training as training_flags
 from tff_fedrec.tasks import datasets
@@ -50,15 +52,16 @@ from tff_fedrec.tasks import errors
 FlagError = group.FlagError
 RUN_FLAGS_FILE = run_directory.RUN_FLAGS_FILE
 # Every run takes these groups; its method and protocol add theirs.
-COMMON_GROUPS = ('data', 'run', 'execution', 'tiers')
+COMMON_GROUPS = ('data', 'run', 'execution', 'tiers', 'tier_optimization')
 
 # Every group, in the order --help shows them: the common ones, the
 # protocols', the shared training ones, then each paper's.
 GROUPS = {
     flag_group.name: flag_group
     for module in (data_flags, run_flags, execution_flags, tiers_flags,
-                   protocol_flags, training_flags, exchange_flags,
-                   tiered_flags, apfr_gkd_flags, fedrap_flags, rf2_flags)
+                   tier_optimization_flags, protocol_flags, training_flags,
+                   exchange_flags, tiered_flags, apfr_gkd_flags, fedrap_flags,
+                   rf2_flags)
     for flag_group in module.GROUPS
 }
 
@@ -113,7 +116,7 @@ def builder_arguments(entry: registry.MethodEntry,
   """The builder's keyword arguments from the entry's flag groups."""
   context = group.BuildContext(entry=entry, data=run_data)
   arguments, training_fields = {}, {}
-  for name in entry.flag_groups:
+  for name in (*COMMON_GROUPS, *entry.flag_groups):
     for key, value in GROUPS[name].arguments(context).items():
       if key == 'training':
         training_fields.update(value)
@@ -185,10 +188,13 @@ def prepare_run(*, log: Callable[[str], None] = print,
   (`run_directory.check_data`). `entry`: `check_flags()`'s answer, if the
   caller has it."""
   entry = entry or check_flags()
+  paired_baseline = tier_optimization_flags.PAIRED_BASELINE.value
   if starting:
     run_directory.check_start(
         run_flags.ROOT_DIR.value, current_flags(), known_flags()
     )
+    if paired_baseline is not None:
+      paired_runs.check_baseline(paired_baseline, current_flags())
   data_config = data_flags.data_config(run_flags.SEED.value)
   data, fingerprint = _load_data(entry, data_config, run_flags.ROOT_DIR.value)
   tier_policy = tiers_flags.tier_policy()
@@ -237,6 +243,7 @@ def prepare_run(*, log: Callable[[str], None] = print,
       make_training_run=lambda worker_pid: training_loop.TrainingRun(
           method, protocol, loop_config, root_dir,
           log=log, worker_pid=worker_pid, summary_fields=summary_fields,
+          paired_baseline=paired_baseline,
       ),
       data_fingerprint=fingerprint,
   )
@@ -258,6 +265,7 @@ def results_table(summary: dict, protocol, method: method_lib.Method,
       ('seconds per round (median)', f'{summary["seconds_per_round"]:.2f}'),
       (rss, f'{summary["peak_rss_mb"]:.0f} MB'),
       *method.results_rows(summary),
+      *paired_runs.mdac_row(summary),
       ('outputs', f'{root_dir}: summary.json, metrics.csv, checkpoints/, '
        'tensorboard/'),
   ]

@@ -6,15 +6,9 @@ test event, overall and per device tier.
 Participation: one client per user with a training event. At the start of
 every global epoch the clients are shuffled (seeded by (seed, epoch)) and
 round r takes the next `clients_per_round` (100) of them, so every client
-trains once per epoch. Client selection may be tier-aware (`Selection`):
-
-  AllClients     the above;
-  ExcludeTier    Exclude Lo: the low tier's clients leave the queue (they
-                 are still evaluated), so an epoch has fewer rounds;
-  Overselect     a round takes int(K (1 + share)) clients and drops the
-                 extra ones slowest tier first (the code: low, then mid,
-                 then high; within a tier from the end of the round's
-                 list); an epoch is ceil(n / (K (1 + share))) rounds.
+trains once per epoch. Client selection may be tier-aware
+(`client_selection`: Exclude Lo leaves an epoch fewer rounds; Overselect's
+epoch is ceil(n / int(K (1 + share))) rounds).
 
 A round's user gets all its training events (full batch) and a seed. The
 report is the last evaluation (the paper evaluates the final model).
@@ -35,6 +29,7 @@ from tff_fedrec import device_tiers
 from tff_fedrec import metrics
 from tff_fedrec.algorithms import method as method_lib
 from tff_fedrec.tasks import click_through
+from tff_fedrec.tasks import client_selection
 from tff_fedrec.tasks import protocol
 
 DEFAULT_CLIENTS_PER_ROUND = 100  # Sec. 5.1.
@@ -81,71 +76,6 @@ class ClickThroughSplit:
     return click_through.clicks_per_user(self.events, self.events.train)
 
 
-@dataclasses.dataclass(frozen=True)
-class AllClients:
-  """Every client once an epoch."""
-
-  description = 'every client'
-
-  def per_round(self, clients_per_round: int) -> int:
-    return clients_per_round
-
-  def queue(self, clients: np.ndarray, user_tiers) -> np.ndarray:
-    del user_tiers
-    return clients
-
-  def keep(self, drawn: np.ndarray, user_tiers,
-           clients_per_round: int) -> np.ndarray:
-    del user_tiers, clients_per_round
-    return drawn
-
-
-@dataclasses.dataclass(frozen=True)
-class ExcludeTier(AllClients):
-  """Exclude Lo: tier `tier`'s clients never train."""
-
-  tier: int = 0
-
-  @property
-  def description(self) -> str:
-    return f'tier {self.tier} excluded from training'
-
-  def queue(self, clients, user_tiers):
-    return clients[user_tiers[clients] != self.tier]
-
-
-@dataclasses.dataclass(frozen=True)
-class Overselect(AllClients):
-  """Overselect: int(K (1 + share)) drawn, the extra dropped lowest tier
-  first (module docstring)."""
-
-  share: float = 0.2
-
-  def __post_init__(self):
-    if not 0.0 < self.share <= 1.0:
-      raise ValueError(f'The overselection share must be in (0, 1]; got '
-                       f'{self.share}.')
-
-  @property
-  def description(self) -> str:
-    return f'overselect {self.share:g}, slowest tiers dropped'
-
-  def per_round(self, clients_per_round):
-    return int(clients_per_round * (1.0 + self.share))
-
-  def keep(self, drawn, user_tiers, clients_per_round):
-    extra = drawn.size - clients_per_round
-    if extra <= 0:
-      return drawn
-    dropped = []
-    for tier in np.unique(user_tiers):
-      of_tier = np.flatnonzero(user_tiers[drawn] == tier)
-      dropped += of_tier[::-1][:extra - len(dropped)].tolist()
-      if len(dropped) == extra:
-        break
-    return np.delete(drawn, dropped)
-
-
 class ClickThrough(protocol.Protocol):
   """The protocol of the module docstring.
 
@@ -154,15 +84,17 @@ class ClickThrough(protocol.Protocol):
     user_tiers: int [U], each user's device tier.
     tier_names: What tiers 0, 1, 2 are called.
     clients_per_round: K (None: min(100, clients)).
-    selection: `AllClients`, `ExcludeTier` or `Overselect`.
+    selection: A `client_selection` (AllClients, ExcludeTier, Overselect).
     seed: Seeds the queues and the users' seeds.
   """
 
   name = 'click_through'
+  fairness_metric = 'auc'
 
   def __init__(self, data: ClickThroughSplit, *, user_tiers: np.ndarray,
                tier_names: Sequence[str] = device_tiers.TIER_NAMES,
-               clients_per_round=None, selection=AllClients(), seed: int = 0):
+               clients_per_round=None,
+               selection=client_selection.AllClients(), seed: int = 0):
     self.data = data
     self.user_tiers = np.asarray(user_tiers)
     self.tier_names = tuple(tier_names)
@@ -180,8 +112,8 @@ class ClickThrough(protocol.Protocol):
                        f'{self._queue.size}] (the clients that train); got '
                        f'{clients_per_round}.')
     self.clients_per_round = clients_per_round
-    self._drawn_per_round = selection.per_round(clients_per_round)
-    self._rounds_per_epoch = -(-self._queue.size // self._drawn_per_round)
+    self._rounds_per_epoch = client_selection.epoch_rounds(
+        self._queue.size, selection.per_round(clients_per_round))
     self.default_eval_every = self._rounds_per_epoch
     events = data.events
     self._test_rows = np.flatnonzero(~events.train)
@@ -201,13 +133,9 @@ class ClickThrough(protocol.Protocol):
         })
 
   def round_users(self, round_num: int) -> np.ndarray:
-    epoch, position = divmod(round_num, self.rounds_per_epoch)
-    order = np.random.default_rng([self.seed, epoch, 1]).permutation(
-        self._queue.size)
-    start = position * self._drawn_per_round
-    drawn = self._queue[order[start:start + self._drawn_per_round]]
-    return np.sort(self.selection.keep(drawn, self.user_tiers,
-                                       self.clients_per_round))
+    return client_selection.epoch_round(
+        self._queue, self.clients_per_round, self.selection,
+        self.user_tiers, self.seed, round_num)
 
   def round_input(self, round_num: int) -> method_lib.RoundInput:
     users = self.round_users(round_num)

@@ -13,6 +13,7 @@ from tff_fedrec import metrics
 from tff_fedrec.algorithms import method as method_lib
 from tff_fedrec.tasks import click_through
 from tff_fedrec.tasks import click_through_protocol as protocol_lib
+from tff_fedrec.tasks import client_selection
 
 
 def _split(num_users=40, seed=0):
@@ -50,7 +51,7 @@ def test_exclude_low_leaves_the_low_tier_out_of_every_round():
   tiers = _tiers(40)
   protocol = protocol_lib.ClickThrough(
       data, user_tiers=tiers, clients_per_round=12,
-      selection=protocol_lib.ExcludeTier(0))
+      selection=client_selection.ExcludeTier(0))
   # 26 clients of tiers 1 and 2: ceil(26 / 12) = 3 rounds an epoch.
   assert protocol.rounds_per_epoch == 3
   users = np.concatenate([protocol.round_users(r) for r in range(3)])
@@ -75,7 +76,7 @@ def test_overselect_drops_the_extra_clients_lowest_tier_first():
   tiers = rng.choice(3, 40, p=[0.1, 0.3, 0.6])
   protocol = protocol_lib.ClickThrough(
       data, user_tiers=tiers, clients_per_round=10,
-      selection=protocol_lib.Overselect(0.5))
+      selection=client_selection.Overselect(0.5))
   assert protocol.rounds_per_epoch == 3  # ceil(40 / 15).
   for round_num in range(3):
     epoch_order = np.random.default_rng([0, 0, 1]).permutation(40)
@@ -138,7 +139,7 @@ def test_evaluation_is_auc_and_log_loss_of_the_test_events_per_tier():
 def test_refuses_a_selection_that_leaves_nobody():
   with pytest.raises(ValueError, match='No client is left'):
     protocol_lib.ClickThrough(_split(), user_tiers=np.zeros(40, int),
-                              selection=protocol_lib.ExcludeTier(0))
+                              selection=client_selection.ExcludeTier(0))
   with pytest.raises(ValueError, match='clients_per_round'):
     protocol_lib.ClickThrough(_split(), user_tiers=_tiers(40),
                               clients_per_round=41)

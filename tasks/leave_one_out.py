@@ -39,6 +39,7 @@ import numpy as np
 from tff_fedrec import metrics
 from tff_fedrec import tiers
 from tff_fedrec.algorithms import method as method_lib
+from tff_fedrec.tasks import client_selection
 from tff_fedrec.tasks import preprocessing
 from tff_fedrec.tasks import protocol
 
@@ -50,6 +51,7 @@ class LeaveOneOut(protocol.Protocol):
   """The protocol of the module docstring on a `LeaveOneOutData` split."""
 
   name = 'leave_one_out'
+  fairness_metric = 'hr@10'
 
   def __init__(
       self,
@@ -60,6 +62,7 @@ class LeaveOneOut(protocol.Protocol):
       negative_pool: str = 'never_interacted',
       user_tiers: Optional[np.ndarray] = None,
       tier_names: Sequence[str] = tiers.TIER_NAMES,
+      selection=client_selection.AllClients(),
       seed: int = 0,
   ):
     if not 1 <= clients_per_round <= data.num_users:
@@ -78,7 +81,11 @@ class LeaveOneOut(protocol.Protocol):
     self.negative_pool = negative_pool
     self.user_tiers = None if user_tiers is None else np.asarray(user_tiers)
     self.tier_names = tuple(tier_names)
+    self.selection = selection
     self.seed = seed
+    self._pool = selection.queue(np.arange(data.num_users), self.user_tiers)
+    if not self._pool.size:
+      raise ValueError('No user is left to train: every user is excluded.')
     # Each user's items that are never its training negatives (CSR,
     # ascending per user).
     if negative_pool == 'never_interacted':
@@ -119,12 +126,11 @@ class LeaveOneOut(protocol.Protocol):
     )
 
   def _draw_users(self, rng: np.random.Generator) -> np.ndarray:
-    """The round's users (sorted), `rng`'s first draw of the round."""
-    if self.clients_per_round >= self.data.num_users:
-      return np.arange(self.data.num_users)
-    return np.sort(
-        rng.choice(self.data.num_users, self.clients_per_round, replace=False)
-    )
+    """The round's users (sorted), `rng`'s first draw of the round
+    (`client_selection.sampled_round`)."""
+    return client_selection.sampled_round(
+        self._pool, self.clients_per_round, self.selection, self.user_tiers,
+        rng)
 
   def round_users(self, round_num: int) -> np.ndarray:
     return self._draw_users(np.random.default_rng([self.seed, round_num]))
@@ -133,7 +139,8 @@ class LeaveOneOut(protocol.Protocol):
     """The split's data, with the items each user is scored on: its
     validation and test items and their negatives."""
     return method_lib.RunData.of(self.data, user_tiers,
-                                 scored_items=self.scored_items())
+                                 scored_items=self.scored_items(),
+                                 tier_names=self.tier_names)
 
   def scored_items(self) -> tuple[np.ndarray, np.ndarray]:
     """(offsets [U + 1], items): each user's validation and test
@@ -202,6 +209,7 @@ class LeaveOneOut(protocol.Protocol):
         'best_round': int(best['round']) + 1,
         'selection': SELECTION,
         'negative_pool': self.negative_pool,
+        'client_selection': self.selection.description,
         'validation': {
             'hr@10': best['val_hr@10'], 'ndcg@10': best['val_ndcg@10'],
         },

@@ -4,6 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tff_fedrec.tasks import client_selection
 from tff_fedrec.tasks import leave_one_out
 from tff_fedrec.tasks import preprocessing
 
@@ -228,3 +229,22 @@ def test_the_scored_items_are_each_users_validation_and_test_candidates():
                        *data.val_negatives[user].tolist(),
                        *data.test_negatives[user].tolist()})
     assert items[offsets[user]:offsets[user + 1]].tolist() == expected
+
+
+def test_excluded_and_overselected_tiers_train_as_the_selection_says():
+  data = _data()
+  tiers = np.array([0, 1, 2, 0, 1, 2])
+  excluded = leave_one_out.LeaveOneOut(
+      data, clients_per_round=6, user_tiers=tiers,
+      selection=client_selection.ExcludeTier(0))
+  # Every user a round, but the low tier's.
+  np.testing.assert_array_equal(excluded.round_input(0).users, [1, 2, 4, 5])
+  overselected = leave_one_out.LeaveOneOut(
+      data, clients_per_round=2, user_tiers=tiers,
+      selection=client_selection.Overselect(0.5))
+  for round_num in range(5):
+    users = overselected.round_users(round_num)
+    # 3 drawn, the extra one dropped from the slowest tier drawn.
+    assert users.size == 2
+    np.testing.assert_array_equal(
+        users, overselected.round_input(round_num).users)

@@ -45,9 +45,15 @@ class Protocol(abc.ABC):
       train_offsets and train_items.
     clients_per_round: Users per round.
     default_eval_every: Rounds between evaluations unless the run says.
+    tier_names: What the run's tiers 0, 1, 2 are called.
+    fairness_metric: The per-tier test figure (a key of the summary's
+      test.per_tier entries) that MDAC compares (RF² Eq. 1): HR@10,
+      Recall@20 or AUC.
   """
 
   name: str
+  tier_names: tuple[str, ...]
+  fairness_metric: str
   data: object
   clients_per_round: int
   default_eval_every: int = 1
@@ -59,7 +65,9 @@ class Protocol(abc.ABC):
 
   def run_data(self, user_tiers=None) -> method_lib.RunData:
     """What a method is told of the data (`method.RunData`)."""
-    return method_lib.RunData.of(self.data, user_tiers)
+    return method_lib.RunData.of(
+        self.data, user_tiers,
+        tier_names=self.tier_names)
 
   @abc.abstractmethod
   def round_input(self, round_num: int) -> method_lib.RoundInput:

@@ -32,6 +32,7 @@ from tff_fedrec import csr
 from tff_fedrec import metrics
 from tff_fedrec import tiers
 from tff_fedrec.algorithms import method as method_lib
+from tff_fedrec.tasks import client_selection
 from tff_fedrec.tasks import preprocessing
 from tff_fedrec.tasks import protocol
 
@@ -55,6 +56,7 @@ class RandomSplit(protocol.Protocol):
   """
 
   name = 'random_split'
+  fairness_metric = f'recall@{TOP_K}'
 
   def __init__(
       self,
@@ -65,6 +67,7 @@ class RandomSplit(protocol.Protocol):
       clients_per_round=None,
       negatives_per_positive: int = 4,
       training_negatives: str = 'per_round',
+      selection=client_selection.AllClients(),
       seed: int = 0,
   ):
     if training_negatives not in TRAINING_NEGATIVES:
@@ -86,7 +89,12 @@ class RandomSplit(protocol.Protocol):
     self.negatives_per_positive = negatives_per_positive
     self.training_negatives = training_negatives
     self.seed = seed
-    self.default_eval_every = -(-data.num_users // clients_per_round)
+    self.selection = selection
+    self._pool = selection.queue(np.arange(data.num_users), self.user_tiers)
+    if not self._pool.size:
+      raise ValueError('No user is left to train: every user is excluded.')
+    self.default_eval_every = client_selection.epoch_rounds(
+        self._pool.size, selection.per_round(clients_per_round))
     self._examples_drawn_once = None
 
   def _examples(self, round_num, users):
@@ -107,9 +115,13 @@ class RandomSplit(protocol.Protocol):
     return examples_of_users(self._examples_drawn_once, users)
 
   def round_users(self, round_num: int) -> np.ndarray:
-    return round_users(
-        self.data.num_users, self.clients_per_round, self.seed, round_num
-    )
+    return client_selection.epoch_round(
+        self._pool, self.clients_per_round, self.selection, self.user_tiers,
+        self.seed, round_num)
+
+  @property
+  def rounds_per_epoch(self) -> int:
+    return self.default_eval_every
 
   def round_input(self, round_num: int) -> method_lib.RoundInput:
     users = self.round_users(round_num)
@@ -159,6 +171,7 @@ class RandomSplit(protocol.Protocol):
     evaluated = [row for row in history if 'test' in row]
     return {
         'selection': SELECTION,
+        'client_selection': self.selection.description,
         'test': evaluated[-1]['test'],
         'test_history': [
             {'round': row['round'] + 1, **row['test']} for row in evaluated
@@ -189,18 +202,6 @@ class RandomSplit(protocol.Protocol):
           f'{tier[f"recall@{TOP_K}"]:.5f} / {tier[f"ndcg@{TOP_K}"]:.5f}',
       ))
     return rows
-
-
-def round_users(num_users: int, clients_per_round: int, seed: int,
-                round_num: int) -> np.ndarray:
-  """The round's users (sorted): the next slice of the epoch's queue."""
-  per_epoch = -(-num_users // clients_per_round)
-  epoch, position = divmod(round_num, per_epoch)
-  queue = np.random.default_rng([seed, epoch, 1]).permutation(
-      num_users
-  )
-  start = position * clients_per_round
-  return np.sort(queue[start : start + clients_per_round])
 
 
 def training_examples(data, negatives_per_positive: int, users, rng):

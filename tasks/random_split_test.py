@@ -4,13 +4,15 @@ ranking and its tie diagnostics."""
 import numpy as np
 import pytest
 
+from tff_fedrec.tasks import client_selection
 from tff_fedrec.tasks import preprocessing
 from tff_fedrec.tasks import random_split
 from tff_fedrec.tasks import synthetic
 
 
 def test_each_epoch_takes_every_user_once_in_slices_of_the_queue():
-  users = lambda r: random_split.round_users(10, 4, 3, r)
+  users = lambda r: client_selection.epoch_round(
+      np.arange(10), 4, client_selection.AllClients(), None, 3, r)
   # 10 users, 4 per round: rounds 0-2 are epoch 0 (4 + 4 + 2 users).
   epoch0 = [users(r) for r in range(3)]
   assert [len(u) for u in epoch0] == [4, 4, 2]
@@ -197,3 +199,18 @@ def test_round_users_are_the_users_round_input_draws():
                                   protocol.round_input(round_num).users)
   # A full ranking may score any item: no scored items are given.
   assert protocol.run_data().scored_items is None
+
+
+def test_a_tier_selection_shortens_the_epoch_and_never_trains_the_tier():
+  data = _split()
+  tiers = np.arange(data.num_users) % 3
+  protocol = random_split.RandomSplit(
+      data, user_tiers=tiers, clients_per_round=3,
+      selection=client_selection.ExcludeTier(0))
+  # 8 users left, 3 a round: 3 rounds an epoch, each user once.
+  assert protocol.rounds_per_epoch == protocol.default_eval_every == 3
+  epoch = np.concatenate([protocol.round_input(r).users for r in range(3)])
+  np.testing.assert_array_equal(np.sort(epoch),
+                                np.flatnonzero(tiers != 0))
+  assert protocol.summary([{'round': 0, 'test': {}}])['client_selection'] == (
+      'tier 0 excluded from training')

@@ -22,10 +22,13 @@ computation (the bytes counted are then the bytes that would cross).
 A rate of 0 and 32 bits (`UNTOUCHED_BITS`) leave the delta as it is.
 `seed` is a stateless seed, int [2] (`tf.random.stateless_uniform`).
 `UpdateCodec` is one tier's choice of these, and the bytes of its
-message.
+message; `encode_users` encodes a group of users' updates, each by its
+tier's codec, inside any client computation (every method's uploads, and
+RF²'s aggregation).
 """
 
 import dataclasses
+from collections.abc import Sequence
 
 import tensorflow as tf
 
@@ -150,3 +153,74 @@ class UpdateCodec:
     if self.kind == 'quant':
       return tf.math.ceil(n * self.value / 8.0) + 8.0
     return tf.math.ceil(n * (self.value + 1.0) / 8.0) + 4.0
+
+
+def encode_message(codecs: Sequence[UpdateCodec], deltas, tier, seed):
+  """(decoded tensors, message bytes float32) of one user's update, a
+  nest of tensors, under its tier's codec (`tier`: int32 scalar, an
+  index into `codecs`). Each tensor's seed is `seed` folded with its index
+  in `tf.nest.flatten`'s order."""
+  flat = tf.nest.flatten(deltas)
+
+  def branch(codec):
+    def encode():
+      seeds = [tf.random.experimental.stateless_fold_in(seed, index)
+               for index in range(len(flat))]
+      decoded = [codec.encode(d, s) for d, s in zip(flat, seeds)]
+      size = tf.add_n([codec.message_bytes(d, s)
+                       for d, s in zip(flat, seeds)])
+      return decoded, size
+    return encode
+
+  if len(codecs) == 1:
+    decoded, size = branch(codecs[0])()
+  else:
+    decoded, size = tf.switch_case(tier, [branch(c) for c in codecs])
+  return tf.nest.pack_sequence_as(deltas, decoded), size
+
+
+def encode_users(codecs: Sequence[UpdateCodec], deltas, tiers, seeds,
+                 row_counts=None):
+  """`encode_message` of each of U users: `deltas` a nest of float32
+  [U, ...], `tiers` int32 [U], `seeds` int [U, 2]; returns (the decoded
+  nest [U, ...], message bytes float32 [U]).
+
+  `row_counts`: for a `deltas` mapping, {key: int32 [U]}: that key's
+  tensor of user u holds row_counts[key][u] real rows, then padding;
+  only the real rows are its message (encoded, counted), the padding
+  comes back as zeros. None: every element is sent."""
+  row_counts = dict(row_counts or {})
+  keys = list(row_counts)
+  counts = [row_counts[key] for key in keys]
+  flat = [tf.convert_to_tensor(d, tf.float32) for d in tf.nest.flatten(deltas)]
+
+  def one_user(inputs):
+    user_deltas, user_counts, tier, seed = inputs
+    message = tf.nest.pack_sequence_as(deltas, user_deltas)
+    padded = {}
+    for key, count in zip(keys, user_counts):
+      padded[key] = tf.shape(message[key])[0]
+      message[key] = message[key][:count]
+    decoded, size = encode_message(codecs, message, tier, seed)
+    for key, count in zip(keys, user_counts):
+      rank = len(message[key].shape)
+      decoded[key] = tf.pad(decoded[key], [[0, padded[key] - count]]
+                            + [[0, 0]] * (rank - 1))
+    return tf.nest.flatten(decoded), size
+
+  decoded, sizes = tf.map_fn(
+      one_user, (flat, counts, tiers, seeds),
+      fn_output_signature=(
+          [tf.TensorSpec(d.shape[1:], tf.float32) for d in flat],
+          tf.TensorSpec([], tf.float32)))
+  return tf.nest.pack_sequence_as(deltas, decoded), sizes
+
+
+def fold_in_each(seeds, tag: int):
+  """int64 [U, 2]: each user's seed of `seeds` (int [U, 2]) folded with
+  `tag`, so a codec's draws never share a seed with the same user's other
+  uses of it (a reshuffle)."""
+  return tf.map_fn(
+      lambda seed: tf.cast(
+          tf.random.experimental.stateless_fold_in(seed, tag), tf.int64),
+      seeds, fn_output_signature=tf.TensorSpec([2], tf.int64))

@@ -16,9 +16,10 @@ from absl import flags
 
 from tff_fedrec.algorithms import registry
 from tff_fedrec.programs.flag_groups import group
-from tff_fedrec.programs.flag_groups import rf2 as rf2_flags
 from tff_fedrec.programs.flag_groups import run as run_flags
+from tff_fedrec.programs.flag_groups import tier_optimization as tier_optimization_flags
 from tff_fedrec.tasks import click_through_protocol
+from tff_fedrec.tasks import client_selection
 from tff_fedrec.tasks import datasets
 from tff_fedrec.tasks import leave_one_out
 from tff_fedrec.tasks import random_split
@@ -68,7 +69,8 @@ def _leave_one_out(data, user_tiers,
                          or data.num_users),
       negatives_per_positive=run_flags.NEGATIVES.value,
       negative_pool=NEGATIVE_POOL.value, user_tiers=user_tiers,
-      tier_names=tier_names, seed=run_flags.SEED.value,
+      tier_names=tier_names, selection=_selection(),
+      seed=run_flags.SEED.value,
   )
 
 
@@ -78,17 +80,19 @@ def _random_split(data, user_tiers,
       data, user_tiers=user_tiers, tier_names=tier_names,
       clients_per_round=run_flags.clients_per_round(data.num_users),
       negatives_per_positive=run_flags.NEGATIVES.value,
-      training_negatives=TRAINING_NEGATIVES.value, seed=run_flags.SEED.value,
+      training_negatives=TRAINING_NEGATIVES.value, selection=_selection(),
+      seed=run_flags.SEED.value,
   )
 
 
-def _selection(optimization):
-  """The client selection of RF²'s --tier_optimization."""
+def _selection():
+  """The client selection of --tier_optimization (`client_selection`)."""
+  optimization = tier_optimization_flags.optimization()
   if optimization.selection == 'exclude_low':
-    return click_through_protocol.ExcludeTier(0)
+    return client_selection.ExcludeTier(0)
   if optimization.selection == 'overselect':
-    return click_through_protocol.Overselect(optimization.overselect_share)
-  return click_through_protocol.AllClients()
+    return client_selection.Overselect(optimization.overselect_share)
+  return client_selection.AllClients()
 
 
 def _click_through(data, user_tiers,
@@ -96,7 +100,7 @@ def _click_through(data, user_tiers,
   return click_through_protocol.ClickThrough(
       data, user_tiers=user_tiers, tier_names=tier_names,
       clients_per_round=run_flags.clients_per_round(data.num_users),
-      selection=_selection(rf2_flags.optimization()),
+      selection=_selection(),
       seed=run_flags.SEED.value,
   )
 

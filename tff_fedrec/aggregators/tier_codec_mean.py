@@ -53,25 +53,6 @@ def _stack_masks(masks, delta_structure):
   return stacked
 
 
-def encode_user(codecs: Sequence[tier_codecs.UpdateCodec], deltas, tier,
-                seed):
-  """(decoded tensors, message bytes) of one user's flat `deltas` under
-  its tier's codec (`tier`: int32 scalar)."""
-  def branch(codec):
-    def encode():
-      seeds = [tf.random.experimental.stateless_fold_in(seed, index)
-               for index in range(len(deltas))]
-      decoded = [codec.encode(d, s) for d, s in zip(deltas, seeds)]
-      size = tf.add_n([codec.message_bytes(d, s)
-                       for d, s in zip(deltas, seeds)])
-      return decoded, size
-    return encode
-
-  if len(codecs) == 1:
-    return branch(codecs[0])()
-  return tf.switch_case(tier, [branch(codec) for codec in codecs])
-
-
 class TierCodecMeanFactory(tff.aggregators.WeightedAggregationFactory):
   """The aggregation of the module docstring.
 
@@ -111,16 +92,8 @@ class TierCodecMeanFactory(tff.aggregators.WeightedAggregationFactory):
     @tff.tensorflow.computation(value_type, weight_type)
     def client_sums(value, weight):
       deltas = tf.nest.flatten(value['delta'])
-
-      def one_user(inputs):
-        user_deltas, tier, seed = inputs
-        return encode_user(codecs, user_deltas, tier, seed)
-
-      decoded, sizes = tf.map_fn(
-          one_user, (deltas, value['tier'], value['seed']),
-          fn_output_signature=(
-              [tf.TensorSpec(d.shape[1:], tf.float32) for d in deltas],
-              tf.TensorSpec([], tf.float32)))
+      decoded, sizes = tier_codecs.encode_users(
+          codecs, deltas, value['tier'], value['seed'])
       if masks is not None:
         # A Channel tier sends the elements its sub-model holds.
         sizes = tf.add_n([

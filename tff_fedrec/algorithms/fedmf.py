@@ -24,6 +24,7 @@ def build_fedmf(
     exchange=exchanges.BroadcastOptions(),
     item_aggregator=None,
     model_aggregator=None,
+    tier_optimization: str = 'none',
 ) -> item_method.LocalItemMethod:
   """Builds FedMF; MF has no score layers, so `hidden_units` must be empty."""
   if hidden_units:
@@ -34,4 +35,5 @@ def build_fedmf(
   return item_method.build_method(
       spec, training, exchange, data=data, seed=seed,
       item_aggregator=item_aggregator, model_aggregator=model_aggregator,
+      tier_optimization=tier_optimization,
   )

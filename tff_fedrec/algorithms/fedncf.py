@@ -25,6 +25,7 @@ def build_fedncf(
     exchange=exchanges.BroadcastOptions(),
     item_aggregator=None,
     model_aggregator=None,
+    tier_optimization: str = 'none',
 ) -> item_method.LocalItemMethod:
   spec = models.RecommenderSpec(
       'neural_cf', data.num_items, embedding_dim,
@@ -34,4 +35,5 @@ def build_fedncf(
   return item_method.build_method(
       spec, training, exchange, data=data, seed=seed,
       item_aggregator=item_aggregator, model_aggregator=model_aggregator,
+      tier_optimization=tier_optimization,
   )

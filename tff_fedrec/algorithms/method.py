@@ -308,3 +308,40 @@ def downlink_summary(history: list) -> dict:
           row[key] for row in history if key in row)
       for key in keys
   }}
+
+
+def tier_upload_figures(client_metrics, tier_names) -> dict:
+  """A round's `upload_bytes_per_client_<tier>` figures from the summed
+  client metrics `tier_upload_bytes` / `tier_users` (float [tiers], a
+  client work that encodes uploads by device tier), for each tier with a
+  user in the round; {} when the client work reports none."""
+  if 'tier_upload_bytes' not in client_metrics:
+    return {}
+  sent = np.asarray(client_metrics['tier_upload_bytes'])
+  users = np.asarray(client_metrics['tier_users'])
+  return {f'upload_bytes_per_client_{name}': float(sent[t] / users[t])
+          for t, name in enumerate(tier_names) if users[t] > 0}
+
+
+def tier_upload_summary(history: list) -> dict:
+  """{'upload_bytes_per_client': {tier: the median over rounds of its
+  `upload_bytes_per_client_<tier>`}}, tiers in the order they first
+  appear (a tier no client of which trained sends nothing), or {} if no
+  round has these figures."""
+  prefix = 'upload_bytes_per_client_'
+  names = list(dict.fromkeys(
+      key[len(prefix):] for row in history for key in row
+      if key.startswith(prefix)))
+  return {'upload_bytes_per_client': {
+      name: statistics.median(row[prefix + name] for row in history
+                              if prefix + name in row)
+      for name in names}} if names else {}
+
+
+def tier_upload_rows(summary: dict) -> list[tuple[str, str]]:
+  """The results row of `tier_upload_summary`'s field, if any."""
+  sent = summary.get('upload_bytes_per_client')
+  if not sent:
+    return []
+  return [('upload bytes per client ' + ' / '.join(sent),
+           ' / '.join(f'{v / 1e3:.1f} kB' for v in sent.values()))]

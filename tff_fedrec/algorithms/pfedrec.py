@@ -31,6 +31,7 @@ def build_pfedrec(
     exchange=exchanges.BroadcastOptions(),
     item_aggregator=None,
     model_aggregator=None,
+    tier_optimization: str = 'none',
 ) -> item_method.LocalItemMethod:
   """Builds PFedRec; `training.dual_personalization` must stay True."""
   if not training.dual_personalization:
@@ -45,4 +46,5 @@ def build_pfedrec(
   return item_method.build_method(
       spec, training, exchange, data=data, seed=seed,
       item_aggregator=item_aggregator, model_aggregator=model_aggregator,
+      tier_optimization=tier_optimization,
   )

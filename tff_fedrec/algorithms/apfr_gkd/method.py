@@ -59,6 +59,7 @@ import numpy as np
 import tensorflow_federated as tff
 
 from tff_fedrec import models
+from tff_fedrec import tier_optimizations
 from tff_fedrec.aggregators import population_mean
 from tff_fedrec.algorithms import method
 from tff_fedrec.algorithms.apfr_gkd import client_round as client_round_lib
@@ -107,6 +108,8 @@ class APFRGKDMethod(item_method.LocalItemMethod):
       `client_start='download'`; None under 'own_model' (the student is
       the client's own model).
     ablation: None or one of ABLATIONS.
+    tier_optimization: May encode each user's upload by its device tier
+      (`tier_optimizations.upload_codecs`).
   """
 
   dual_process: Optional[tff.templates.IterativeProcess] = None
@@ -263,6 +266,7 @@ def build_apfr_gkd(
     buffer_size: int = 5,
     student_start: Optional[str] = None,
     ablation: Optional[str] = None,
+    tier_optimization: str = 'none',
 ) -> APFRGKDMethod:
   """Builds APFR-GKD (module docstring).
 
@@ -284,6 +288,8 @@ def build_apfr_gkd(
       teacher alone is the average). Not taken under 'own_model'.
     ablation: None or one of ABLATIONS.
   """
+  codecs = tier_optimizations.upload_codecs(tier_optimization,
+                                            data.user_tiers)
   if personalization not in PERSONALIZATIONS:
     raise ValueError(f'personalization must be one of {PERSONALIZATIONS}; '
                      f'got {personalization!r}.')
@@ -349,6 +355,7 @@ def build_apfr_gkd(
             global_initial, buffer_size=buffer_size,
             student_start='latest_aggregate' if own_model else student_start,
         ),
+        upload_codecs=codecs,
         **aggregators,
     )
 
@@ -375,4 +382,5 @@ def build_apfr_gkd(
       buffer_size=buffer_size,
       student_start=student_start,
       ablation=ablation,
+      **item_method.tier_upload_fields(codecs, data),
   )

@@ -32,6 +32,7 @@ import numpy as np
 import tensorflow_federated as tff
 
 from tff_fedrec import models
+from tff_fedrec import tier_optimizations
 from tff_fedrec.algorithms import method
 from tff_fedrec.algorithms.fedrap import client_state
 from tff_fedrec.algorithms.fedrap import local_training
@@ -64,6 +65,9 @@ class FedRAPMethod(item_method.ItemTableMethod):
     initial_personal_table: D_0, float32 [I, d].
     process: `process.build_process`'s process.
     num_users: The users of the store.
+    upload_tiers: int32 [U], each user's device tier when its messages are
+      encoded by tier, else None.
+    tier_names: The names of those tiers.
   """
 
   spec: models.RecommenderSpec
@@ -72,6 +76,8 @@ class FedRAPMethod(item_method.ItemTableMethod):
   initial_personal_table: np.ndarray
   process: tff.templates.IterativeProcess
   num_users: int
+  upload_tiers: Optional[np.ndarray] = None
+  tier_names: tuple[str, ...] = ()
 
   def initial_store(self) -> client_state.PersonalTableStore:
     return client_state.PersonalTableStore(
@@ -99,6 +105,8 @@ class FedRAPMethod(item_method.ItemTableMethod):
       data['personal_rows'] = store.table_vectors(
           users[positions], data['row_ids']
       )
+      if self.upload_tiers is not None:
+        data['tier'] = self.upload_tiers[users[positions]].astype(np.int32)
       return data
 
     server_state, metrics = user_groups.run_round(
@@ -119,6 +127,8 @@ class FedRAPMethod(item_method.ItemTableMethod):
             'global_table_sparsity': global_table_sparsity(
                 self.global_parameters(server_state)['item_embedding']
             ),
+            **method.tier_upload_figures(metrics['client_work'],
+                                         self.tier_names),
         },
     )
 
@@ -158,13 +168,18 @@ def build_fedrap(
     embedding_dim: int = 32,
     training: local_training.FedRAPTrainingConfig = (
         local_training.FedRAPTrainingConfig()),
+    tier_optimization: str = 'none',
 ) -> FedRAPMethod:
   """Builds FedRAP for `data`'s users and items.
 
   One template model, as in the reference code: C ~ N(0, 1), D_0 ~ N(0, 1)
   and the affine layer U(+-1/sqrt(d)) (PyTorch's default), the same D_0 and
-  affine layer for every user, all seeded by `seed`.
+  affine layer for every user, all seeded by `seed`. `tier_optimization`
+  may encode each user's message by its device tier
+  (`tier_optimizations.upload_codecs`).
   """
+  codecs = tier_optimizations.upload_codecs(tier_optimization,
+                                            data.user_tiers)
   spec = models.RecommenderSpec(
       'score_function', data.num_items, embedding_dim,
       personal_score_layers=True,
@@ -182,7 +197,8 @@ def build_fedrap(
       initial_parameters=params,
       initial_personal_table=personal_table,
       process=process_lib.build_process(
-          training, params['item_embedding'], initial_state
+          training, params['item_embedding'], initial_state, codecs
       ),
       num_users=data.num_users,
+      **item_method.tier_upload_fields(codecs, data),
   )

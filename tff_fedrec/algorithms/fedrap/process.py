@@ -31,11 +31,14 @@ Types (`composer` gives S and M):
 """
 
 import collections
+from collections.abc import Sequence
+from typing import Optional
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_fedrec import tier_codecs
 from tff_fedrec.aggregators import keyed
 from tff_fedrec.algorithms.fedrap import local_training
 from tff_fedrec.algorithms.local_items import client_training
@@ -45,6 +48,10 @@ from tff_fedrec.templates import distributors
 from tff_fedrec.templates import finalizers
 from tff_fedrec.templates import roles
 from tff_fedrec.templates import two_phase
+
+# Folded into a user's data seed for its message's codec, so the codec
+# never shares a seed with a reshuffle.
+_UPLOAD_CODEC_TAG = 1 << 29
 
 
 def initial_client_state(score_layers, embedding_dim: int):
@@ -107,21 +114,67 @@ def group_mean_table_delta(
   )
 
 
+def encoded_group_mean_table_delta(
+    codecs: Sequence[tier_codecs.UpdateCodec],
+    table: tf.Tensor,
+    row_ids: tf.Tensor,
+    num_rows: tf.Tensor,
+    start_rows: tf.Tensor,
+    trained_rows: tf.Tensor,
+    round_row_scale: tf.Tensor,
+    tiers: tf.Tensor,
+    seeds: tf.Tensor,
+):
+  """`group_mean_table_delta` with each user's message C_u - C (its
+  whole table: weight decay moves every row) encoded by its device tier's
+  codec (`tier_codecs.encode_message`, RF² Sec. 5.2), one user at a time
+  so a group holds one [I, d] delta at once. Returns (the mean of the
+  decoded deltas [I, d], `tier_upload_bytes` and `tier_users` float32
+  [tiers]); `tiers` int32 [U], `seeds` int [U, 2]."""
+  num_users = tf.shape(row_ids)[0]
+  num_tiers = len(codecs)
+
+  def add_user(u, total, sent, users):
+    rows = row_ids[u, :num_rows[u]]
+    scale = round_row_scale[u]
+    delta = (scale - 1.0) * table + tf.scatter_nd(
+        rows[:, None],
+        trained_rows[u, :num_rows[u]] - scale * start_rows[u, :num_rows[u]],
+        tf.shape(table))
+    decoded, size = tier_codecs.encode_message(codecs, delta, tiers[u],
+                                               seeds[u])
+    tier = tf.one_hot(tiers[u], num_tiers)
+    return u + 1, total + decoded, sent + size * tier, users + tier
+
+  _, total, sent, users = tf.while_loop(
+      lambda u, *_: u < num_users, add_user,
+      (0, tf.zeros_like(table), tf.zeros([num_tiers]),
+       tf.zeros([num_tiers])))
+  return (total / tf.cast(num_users, tf.float32),
+          collections.OrderedDict(tier_upload_bytes=sent, tier_users=users))
+
+
 def build_client_work(
     config: local_training.FedRAPTrainingConfig,
     initial_state,
     broadcast_type: tff.Type,
     num_items: int,
     embedding_dim: int,
+    upload_codecs: Optional[Sequence[tier_codecs.UpdateCodec]] = None,
 ) -> roles.ClientWork:
-  """The client work of the module docstring."""
+  """The client work of the module docstring; with `upload_codecs` (one
+  per device tier) each user's message is encoded by its tier
+  (`encoded_group_mean_table_delta`)."""
   local_type = tff.to_type(tf.nest.map_structure(
       lambda leaf: tff.TensorType(
           np.asarray(leaf).dtype.type, [None, *np.shape(leaf)]
       ),
       initial_state['local_parameters'],
   ))
-  data_type = tff.to_type(client_data_type(num_items, embedding_dim))
+  data_type = client_data_type(num_items, embedding_dim)
+  if upload_codecs is not None:
+    data_type['tier'] = tff.TensorType(np.int32, [None])
+  data_type = tff.to_type(data_type)
 
   @tff.tensorflow.computation(broadcast_type, local_type, data_type)
   def client_update(broadcast, local, data):
@@ -144,13 +197,21 @@ def build_client_work(
         personal_item_ids=data['row_ids'],
         personal_item_rows=result.personal_rows,
     )
-    update = collections.OrderedDict(item_embedding=group_mean_table_delta(
-        table, data['row_ids'], data['num_rows'], start,
-        result.global_rows, result.round_row_scale,
-    ))
+    codec_metrics = {}
+    if upload_codecs is None:
+      mean_delta = group_mean_table_delta(
+          table, data['row_ids'], data['num_rows'], start,
+          result.global_rows, result.round_row_scale)
+    else:
+      seeds = tier_codecs.fold_in_each(data['seeds'], _UPLOAD_CODEC_TAG)
+      mean_delta, codec_metrics = encoded_group_mean_table_delta(
+          upload_codecs, table, data['row_ids'], data['num_rows'], start,
+          result.global_rows, result.round_row_scale, data['tier'], seeds)
+    update = collections.OrderedDict(item_embedding=mean_delta)
     return new_state, roles.upload(
         update, users=tf.shape(data['num_examples'])[0],
         loss_sum=result.loss_sum, num_examples=result.num_examples,
+        **codec_metrics,
     )
 
   return roles.client_work(client_update)
@@ -160,6 +221,7 @@ def build_process(
     config: local_training.FedRAPTrainingConfig,
     initial_table: np.ndarray,
     initial_state,
+    upload_codecs: Optional[Sequence[tier_codecs.UpdateCodec]] = None,
 ) -> two_phase.TwoPhaseProcess:
   """Builds the process of the module docstring.
 
@@ -168,6 +230,8 @@ def build_process(
     initial_table: C's initial value, float32 [I, d].
     initial_state: One user's initial client state
       (`initial_client_state`).
+    upload_codecs: Per device tier, how a user's message is encoded (RF²'s
+      Prune / Quant / QuantS); None: sent as it is.
   """
   num_items, embedding_dim = np.shape(initial_table)
 
@@ -189,7 +253,7 @@ def build_process(
           distributor.received_type(
               initial_global_parameters.type_signature.result
           ),
-          num_items, embedding_dim,
+          num_items, embedding_dim, upload_codecs,
       ),
       aggregator=keyed.KeyedFactory(collections.OrderedDict(
           item_embedding=tff.aggregators.MeanFactory()

@@ -79,6 +79,7 @@ def build_fedras(
     ablation: Optional[str] = None,
     item_aggregator=None,
     model_aggregator=None,
+    tier_optimization: str = 'none',
 ) -> item_method.LocalItemMethod:
   """FedRAS on FedMF (`model='mf'`) or FedNCF; `ablation` (None, 'E', 'F',
   'T') overrides the options' (the registry's fedras_e / _f / _t)."""
@@ -89,6 +90,7 @@ def build_fedras(
       model_spec(model, data.num_items, embedding_dim, hidden_units),
       training, exchange, data=data, seed=seed,
       item_aggregator=item_aggregator, model_aggregator=model_aggregator,
+      tier_optimization=tier_optimization,
   )
 
 
@@ -104,6 +106,7 @@ def build_codec_baseline(
     exchange: Optional[exchange_lib.CodecBaselineOptions] = None,
     item_aggregator=None,
     model_aggregator=None,
+    tier_optimization: str = 'none',
 ) -> item_method.LocalItemMethod:
   """Topk, SVD or CoLR of Sec. 5.1 (`exchange_lib.CodecBaselineOptions`);
   `exchange`'s scheme is replaced by `scheme`."""
@@ -115,6 +118,7 @@ def build_codec_baseline(
       model_spec(model, data.num_items, embedding_dim, hidden_units),
       training, exchange, data=data, seed=seed,
       item_aggregator=item_aggregator, model_aggregator=model_aggregator,
+      tier_optimization=tier_optimization,
   )
 
 
@@ -141,6 +145,7 @@ def build_base_small_dim(
     compression_rate: float = 0.9375,
     item_aggregator=None,
     model_aggregator=None,
+    tier_optimization: str = 'none',
 ) -> item_method.LocalItemMethod:
   """"Base" of Sec. 5.1: FedAvg on FedMF / FedNCF with every embedding of
   width `small_embedding_dim(embedding_dim, compression_rate)`; the NCF
@@ -161,4 +166,5 @@ def build_base_small_dim(
       exchange_lib.NarrowBroadcastOptions(embedding_dim),
       data=data, seed=seed, item_aggregator=item_aggregator,
       model_aggregator=model_aggregator,
+      tier_optimization=tier_optimization,
   )

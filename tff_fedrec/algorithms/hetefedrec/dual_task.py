@@ -218,6 +218,7 @@ def local_adam_changes(
     validation_mask: tf.Tensor | None = None,
     batch_size: int = 0,
     seeds: tf.Tensor | None = None,
+    sum_score_layers: bool = True,
 ) -> ClientChanges:
   """Local training of Sec. III.A, the FedRec protocol HeteFedRec builds on.
 
@@ -256,7 +257,8 @@ def local_adam_changes(
   client copies, and `seeds` int64 [U, 2] (needed with a `batch_size`).
   Returns `ClientChanges(user [U, N_a] (the new embeddings), item_rows
   [U, T, N_a] (d of each client's rows), score_layers (d of each Theta_b
-  summed over the clients; zeros for tiers not in L'_a), loss_sum,
+  summed over the clients, or per client [U, ...] without
+  `sum_score_layers`; zeros for tiers not in L'_a), loss_sum,
   num_examples, kept_epoch [U])`; loss_sum is the Eq. 2 part summed over
   the first epoch's steps (full batch: at the downloaded parameters), for
   reporting; kept_epoch is the epoch of 1..L each client keeps (L without
@@ -331,9 +333,9 @@ def local_adam_changes(
   return ClientChanges(
       user=params[0],
       item_rows=changes[1],
-      score_layers=tf.nest.map_structure(
+      score_layers=(tf.nest.map_structure(
           lambda d: tf.reduce_sum(d, axis=0), changes[2]
-      ),
+      ) if sum_score_layers else changes[2]),
       loss_sum=loss_sum,
       num_examples=tf.reduce_sum(examples.example_mask),
       kept_epoch=kept_epoch,

@@ -67,12 +67,14 @@ Types (`composer` gives S and M):
 import collections
 from collections.abc import Sequence
 import dataclasses
+from typing import Optional
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_fedrec import adam
+from tff_fedrec import tier_codecs
 from tff_fedrec.aggregators import padded_sum
 from tff_fedrec.algorithms.hetefedrec import dual_task
 from tff_fedrec.algorithms.hetefedrec import models as hetero_models
@@ -89,6 +91,9 @@ AGGREGATIONS = ('padded', 'clustered')
 USER_OPTIMIZERS = ('sgd', 'adam')
 UPDATE_RULES = ('server_adam', 'local_adam')
 CHANGE_AGGREGATIONS = ('sum', 'mean', 'fedavg')
+# Folded into a user's data seed for its message's codec, so the codec
+# never shares a seed with a reshuffle.
+_UPLOAD_CODEC_TAG = 1 << 29
 
 
 @dataclasses.dataclass(frozen=True)
@@ -286,16 +291,48 @@ def build_client_work(
     spec: hetero_models.HeteroSpec,
     initial_params: collections.OrderedDict,
     config: HeteroConfig,
+    upload_codecs: Optional[Sequence[tier_codecs.UpdateCodec]] = None,
 ) -> roles.ClientWork:
-  """The client work of the module docstring (Algorithm 1 lines 16-26)."""
+  """The client work of the module docstring (Algorithm 1 lines 16-26);
+  with `upload_codecs` (one per device tier) each user's message, its
+  rows' and its scorers' changes, is encoded by its device tier
+  (`encode_messages`)."""
   widths = spec.widths
   largest = widths[-1]
   received_type = distributors.Broadcast().received_type(
       _type_of(initial_params)
   )
   local_type = local_state_type(spec)
-  data_type = tff.to_type(client_data_type())
+  data_type = client_data_type()
+  if upload_codecs is not None:
+    data_type['upload_tier'] = tff.TensorType(np.int32)
+  data_type = tff.to_type(data_type)
   averaging = _averaging(config)
+  num_device_tiers = len(upload_codecs or ())
+
+  def encode_messages(tier, item_rows, layer_changes, data):
+    """(item rows [U, T, w], the summed scorer changes, message bytes
+    per device tier [D]): each user's real rows and its per-user changes
+    of the scorers Theta_b it trains (b in L_a) decoded from its device
+    tier's message (`tier_codecs.encode_users`)."""
+    terms = dual_task.tier_terms(tier, config.dual_task)
+    message = collections.OrderedDict(
+        item_rows=item_rows,
+        score_layers=tuple(layer_changes[b] for b in terms))
+    users = tf.shape(item_rows)[0]
+    decoded, sizes = tier_codecs.encode_users(
+        upload_codecs, message, tf.fill([users], data['upload_tier']),
+        tier_codecs.fold_in_each(data['seeds'], _UPLOAD_CODEC_TAG),
+        row_counts={'item_rows': data['num_rows']})
+    summed = list(tf.nest.map_structure(
+        lambda c: tf.zeros(tf.shape(c)[1:]), layer_changes))
+    for b, change in zip(terms, decoded['score_layers']):
+      summed[b] = tf.nest.map_structure(
+          lambda c: tf.reduce_sum(c, axis=0), change)
+    sent = tf.one_hot(data['upload_tier'], num_device_tiers)
+    return (decoded['item_rows'], tuple(summed),
+            sent * tf.reduce_sum(sizes),
+            sent * tf.cast(users, tf.float32))
 
   def tier_branch(tier, params, local, data):
     width = widths[tier]
@@ -329,10 +366,18 @@ def build_client_work(
             validation_mask=(data['validation']
                              if config.validation_fraction else None),
             batch_size=config.local_batch_size, seeds=data['seeds'],
+            sum_score_layers=upload_codecs is None,
         )
         user = grads.user
         kept_epoch_sum = tf.reduce_sum(grads.kept_epoch)
       else:
+        if upload_codecs is not None:
+          # Each user's own gradient of the scorers: their copies, one a
+          # user (the sum is the shared gradient).
+          num_users = tf.shape(data['num_rows'])[0]
+          arguments = (*arguments[:3], tf.nest.map_structure(
+              lambda v: tf.repeat(v[None], num_users, axis=0),
+              arguments[3]), arguments[4])
         grads = dual_task.client_gradients(*arguments)
         kept_epoch_sum = tf.constant(0.0)
         if config.user_optimizer == 'adam':
@@ -350,17 +395,23 @@ def build_client_work(
           adam_v=pad(user_state.v),
           adam_step=user_state.step[:, 0],
       )
+      item_rows, layer_changes, codec_figures = (
+          grads.item_rows, grads.score_layers, ())
+      if upload_codecs is not None:
+        item_rows, layer_changes, *codec_figures = encode_messages(
+            tier, item_rows, layer_changes, data)
+        codec_figures = tuple(f * data['include'] for f in codec_figures)
       real_rows = tf.cast(row_mask, tf.bool)
       table_grad = tf.scatter_nd(
           tf.expand_dims(tf.boolean_mask(data['row_ids'], real_rows), 1),
-          tf.boolean_mask(grads.item_rows, real_rows),
+          tf.boolean_mask(item_rows, real_rows),
           [spec.num_items, width],
       )
       return (new_local, table_grad * data['include'],
               tf.nest.map_structure(lambda g: g * data['include'],
-                                    grads.score_layers),
+                                    layer_changes),
               grads.loss_sum, grads.num_examples,
-              kept_epoch_sum * data['include'])
+              kept_epoch_sum * data['include'], codec_figures)
 
     return run
 
@@ -400,7 +451,7 @@ def build_client_work(
   def client_update(received, local, data):
     params = received['global_parameters']
     (new_local, table_grad, layer_grads, loss_sum, num_examples,
-     kept_epoch_sum) = (
+     kept_epoch_sum, codec_figures) = (
         tf.switch_case(
             data['tier'],
             [tier_branch(t, params, local, data) for t in range(len(widths))],
@@ -430,6 +481,8 @@ def build_client_work(
         kept_epoch_sum=kept_epoch_sum,
         trained_users=users * data['include'],
     )
+    if upload_codecs is not None:
+      metrics['tier_upload_bytes'], metrics['tier_users'] = codec_figures
     return new_local, collections.OrderedDict(
         update=update, weight=users, metrics=metrics
     )
@@ -546,14 +599,18 @@ def build_hetefedrec_process(
     spec: hetero_models.HeteroSpec,
     initial_params: collections.OrderedDict,
     config: HeteroConfig,
+    upload_codecs: Optional[Sequence[tier_codecs.UpdateCodec]] = None,
 ) -> two_phase.TwoPhaseProcess:
-  """Builds the process of the module docstring."""
+  """Builds the process of the module docstring; `upload_codecs`: per
+  device tier, how a user's message is encoded (RF²'s Prune / Quant /
+  QuantS, `tier_codecs`), or None: sent as it is."""
 
   @tff.tensorflow.computation
   def initial_global_parameters():
     return tf.nest.map_structure(tf.constant, initial_params)
 
-  client_work = build_client_work(spec, initial_params, config)
+  client_work = build_client_work(spec, initial_params, config,
+                                  upload_codecs)
   if config.update_rule == 'local_adam':
     # Eq. 4 / 9 / 15: the clients took the steps; add their sum.
     finalizer = finalizers.SubtractChanges()

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tff_fedrec import tier_codecs
 from tff_fedrec.algorithms.hetefedrec import dual_task
 from tff_fedrec.algorithms.hetefedrec import models as hetero_models
 from tff_fedrec.algorithms.hetefedrec import process as hetefedrec
@@ -313,3 +314,58 @@ def test_distillation_lowers_its_loss_and_breaks_only_the_ties_it_should():
 def test_inconsistent_update_rules_are_refused(changes, message):
   with pytest.raises(ValueError, match=message):
     dataclasses.replace(_NO_DISTILLATION, **changes)
+
+
+def _client_upload(config, codecs, tier, users, upload_tier=0):
+  params = hetero_models.initial_parameters(_SPEC, seed=0)
+  work = hetefedrec.build_client_work(_SPEC, params, config, codecs)
+  data = _group(tier, users)
+  if codecs is not None:
+    data['upload_tier'] = np.int32(upload_tier)
+  received = collections.OrderedDict(global_parameters=params, round_num=0)
+  _, upload = work.client_update(received, _locals(len(users), tier, 1),
+                                 data)
+  return upload
+
+
+@pytest.mark.parametrize('update_rule', ['server_adam', 'local_adam'])
+def test_each_users_message_is_encoded_by_its_device_tier(update_rule):
+  config = dataclasses.replace(_NO_DISTILLATION, update_rule=update_rule)
+  users = [_user(1, 6), _user(2, 9)]
+  plain = _client_upload(config, None, 2, users)
+  # Untouched codecs: the users' own scorer changes add up to the shared
+  # ones (a per-user copy of Theta_b each).
+  untouched = _client_upload(config, (tier_codecs.UpdateCodec(),) * 3, 2,
+                             users, upload_tier=1)
+  for a, b in zip(tf.nest.flatten(plain['update']),
+                  tf.nest.flatten(untouched['update'])):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7)
+  # One user on 1 bit: each tensor of its message is its min and max.
+  alone = [users[0]]
+  exact = _client_upload(config, None, 2, alone)
+  coded = _client_upload(config, (tier_codecs.UpdateCodec('quant', 1),) * 3,
+                         2, alone, upload_tier=0)
+  table, exact_table = (np.asarray(coded['update']['tables']),
+                        np.asarray(exact['update']['tables']))
+  rows = np.unique(alone[0]['items'])
+  # The scorers Theta_b tier 2 trains (b <= 2 under UDL).
+  terms = dual_task.tier_terms(2, config.dual_task)
+  exact_layers = [np.asarray(x) for b in terms for x in tf.nest.flatten(
+      exact['update']['score_layers'][b])]
+  coded_layers = [np.asarray(x) for b in terms for x in tf.nest.flatten(
+      coded['update']['score_layers'][b])]
+  for coded_part, exact_part in [(table[rows], exact_table[rows]),
+                                 *zip(coded_layers, exact_layers)]:
+    gaps = np.abs(coded_part.ravel()[:, None]
+                  - np.array([exact_part.min(), exact_part.max()])[None])
+    assert np.all(gaps.min(axis=1) < 1e-5)
+  untrained = np.setdiff1d(np.arange(_SPEC.num_items), rows)
+  np.testing.assert_array_equal(table[untrained], 0.0)
+  # Messages of the real rows (a row per item, width 5) and of the scorers
+  # tier 2 trains: ceil(n / 8) + 8 bytes a tensor.
+  expected = sum(np.ceil(n / 8) + 8 for n in
+                 [rows.size * _SPEC.widths[2]]
+                 + [x.size for x in exact_layers])
+  np.testing.assert_array_equal(coded['metrics']['tier_upload_bytes'],
+                                [expected, 0, 0])
+  np.testing.assert_array_equal(coded['metrics']['tier_users'], [1, 0, 0])

@@ -44,6 +44,7 @@ import tensorflow_federated as tff
 
 from tff_fedrec import client_state_store
 from tff_fedrec import csr
+from tff_fedrec import tier_optimizations
 from tff_fedrec import tiers
 from tff_fedrec.algorithms import method
 from tff_fedrec.algorithms.hetefedrec import decorrelation
@@ -88,6 +89,9 @@ class TieredMethod(method.Method):
     included: Whether each data tier's uploads reach the server.
     personal_models: Whether every client trains a whole model of its own
       (`standalone`) instead of the public parameters.
+    encodes_uploads: Whether each user's message is encoded by its tier
+      (`process.build_client_work`'s `upload_codecs`), its data tier here:
+      the device tier under `--device_tiers`.
   """
 
   spec: hetero_models.HeteroSpec
@@ -99,6 +103,7 @@ class TieredMethod(method.Method):
   model_tier: tuple[int, int, int] = (0, 1, 2)
   included: tuple[bool, bool, bool] = (True, True, True)
   personal_models: bool = False
+  encodes_uploads: bool = False
 
   @property
   def data_tier(self) -> np.ndarray:
@@ -155,10 +160,13 @@ class TieredMethod(method.Method):
 
     def group_data(positions):
       tier = int(data_tier[positions[0]])
-      return process_lib.group_client_data(
+      data = process_lib.group_client_data(
           [user_data[p] for p in positions],
           tier=self.model_tier[tier], include=self.included[tier],
       )
+      if self.encodes_uploads:
+        data['upload_tier'] = np.int32(tier)
+      return data
 
     server_state, metrics = user_groups.run_round(
         self.process, server_state, store, users,
@@ -168,7 +176,9 @@ class TieredMethod(method.Method):
         keys=data_tier,
     )
     client = metrics['client_work']
-    record = {'train_loss': float(metrics['train_loss'])}
+    record = {'train_loss': float(metrics['train_loss']),
+              **method.tier_upload_figures(
+                  client, self.data.tier_names or tiers.TIER_NAMES)}
     if 'kept_epoch_sum' in client:
       kept = np.float32(client['kept_epoch_sum'])
       trained = np.float32(client['trained_users'])
@@ -353,7 +363,7 @@ class TieredMethod(method.Method):
     if summary['singular_value_variance_large'] is not None:
       rows.append(('singular-value variance of V_l (Table V)',
                    f'{summary["singular_value_variance_large"]:.4g}'))
-    return rows
+    return rows + method.tier_upload_rows(summary)
 
   def summary_fields(self, server_state, store, history):
     per_client = self.bytes_per_client()
@@ -363,6 +373,7 @@ class TieredMethod(method.Method):
     kept_epochs = [row['mean_kept_epoch'] for row in history
                    if 'mean_kept_epoch' in row]
     return {
+        **method.tier_upload_summary(history),
         'bytes_per_client': per_client,
         # Measured: the mean over rounds of what each tier's clients moved.
         'bytes_per_round': {
@@ -408,15 +419,19 @@ def model_spec(data: method.RunData, *, widths=DEFAULT_WIDTHS,
   )
 
 
-def _build(data, seed, spec_options, config, **kwargs) -> TieredMethod:
+def _build(data, seed, spec_options, config, tier_optimization='none',
+           **kwargs) -> TieredMethod:
   if data.user_tiers is None:
     raise ValueError('A tiered method needs the users\' tiers (RunData).')
+  codecs = tier_optimizations.upload_codecs(tier_optimization,
+                                            data.user_tiers)
   spec = model_spec(data, **spec_options)
   params = hetero_models.initial_parameters(spec, seed)
   return TieredMethod(
       spec=spec, config=config, initial_parameters=params,
-      process=process_lib.build_hetefedrec_process(spec, params, config),
-      data=data, seed=seed, **kwargs,
+      process=process_lib.build_hetefedrec_process(spec, params, config,
+                                                   codecs),
+      data=data, seed=seed, encodes_uploads=codecs is not None, **kwargs,
   )
 
 
@@ -430,48 +445,56 @@ def plain_config(config: process_lib.HeteroConfig,
 
 
 def build_hetefedrec(*, data, seed=0, training=process_lib.HeteroConfig(),
-                     **spec_options) -> TieredMethod:
+                     tier_optimization='none', **spec_options) -> TieredMethod:
   """HeteFedRec (Algorithm 1); `training` selects Table IV's ablations;
   `spec_options` are `model_spec`'s (widths, hidden_units, model,
   neighbor_gradient)."""
-  return _build(data, seed, spec_options, training)
+  return _build(data, seed, spec_options, training,
+                tier_optimization=tier_optimization)
 
 
 def build_direct_aggregate(*, data, seed=0, training=process_lib.HeteroConfig(),
+                           tier_optimization='none',
                            **spec_options) -> TieredMethod:
   """'Directly Aggregate' (Sec. V.C): Eq. 8 without UDL, DDR and RESKD."""
-  return _build(data, seed, spec_options, plain_config(training))
+  return _build(data, seed, spec_options, plain_config(training),
+                tier_optimization=tier_optimization)
 
 
 def build_clustered(*, data, seed=0, training=process_lib.HeteroConfig(),
-                    **spec_options) -> TieredMethod:
+                    tier_optimization='none', **spec_options) -> TieredMethod:
   """'Clustered FedRec' (Sec. V.C): each tier aggregates only its own."""
   return _build(data, seed, spec_options,
-                plain_config(training, aggregation='clustered'))
+                plain_config(training, aggregation='clustered'),
+                tier_optimization=tier_optimization)
 
 
 def build_all_small(*, data, seed=0, training=process_lib.HeteroConfig(),
-                    **spec_options) -> TieredMethod:
+                    tier_optimization='none', **spec_options) -> TieredMethod:
   """'All Small' (Sec. V.C): every client trains the small model."""
   return _build(data, seed, spec_options, plain_config(training),
-                model_tier=(0, 0, 0))
+                model_tier=(0, 0, 0),
+                tier_optimization=tier_optimization)
 
 
 def build_all_large(*, data, seed=0, training=process_lib.HeteroConfig(),
-                    **spec_options) -> TieredMethod:
+                    tier_optimization='none', **spec_options) -> TieredMethod:
   """'All Large' (Sec. V.C): every client trains the large model."""
   return _build(data, seed, spec_options, plain_config(training),
-                model_tier=(2, 2, 2))
+                model_tier=(2, 2, 2),
+                tier_optimization=tier_optimization)
 
 
 def build_all_large_exclusive(*, data, seed=0,
                               training=process_lib.HeteroConfig(),
+                              tier_optimization='none',
                               **spec_options) -> TieredMethod:
   """'All Large/Exclusive' (Sec. V.C): large models everywhere, but the
   uploads of the clients with little data (the small data tier) are
   dropped; those clients still train their own user embedding."""
   return _build(data, seed, spec_options, plain_config(training),
-                model_tier=(2, 2, 2), included=(False, True, True))
+                model_tier=(2, 2, 2), included=(False, True, True),
+                tier_optimization=tier_optimization)
 
 
 def build_standalone(*, data, seed=0, training=process_lib.HeteroConfig(),

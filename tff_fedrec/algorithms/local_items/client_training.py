@@ -47,6 +47,7 @@ Types (`composer` gives S and M):
 
 import collections
 import dataclasses
+from collections.abc import Sequence
 from typing import Optional, Protocol, runtime_checkable
 
 import numpy as np
@@ -54,6 +55,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_fedrec import models
+from tff_fedrec import tier_codecs
 from tff_fedrec.aggregators import keyed
 from tff_fedrec.algorithms.local_items import compact_tables
 from tff_fedrec.algorithms.local_items import local_sgd
@@ -62,6 +64,9 @@ from tff_fedrec.templates import roles
 from tff_fedrec.templates import two_phase
 
 UNTRAINED_ITEM_ROWS = ('round_start', 'aggregated')
+# Folded into a user's data seed for its upload's codec, so the codec never
+# shares a seed with a reshuffle.
+_UPLOAD_CODEC_TAG = 1 << 29
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,17 +201,21 @@ def download_round(training: ClientTrainingConfig) -> DownloadRound:
 
 
 def client_data_type(exchange, client_round: ClientRound = DownloadRound(),
-                     embedding_dim: Optional[int] = None
+                     embedding_dim: Optional[int] = None,
+                     encodes_uploads: bool = False
                      ) -> collections.OrderedDict:
   """D: the data of one TFF client's group of U users (`compact_tables`),
-  with the exchange's per-user fields (bandwidth e_u) and the client
-  round's."""
+  with the exchange's per-user fields (bandwidth e_u), the client round's
+  and, when the uploads are encoded by device tier, each user's tier
+  (`tier` int32 [U])."""
   data_type = compact_tables.data_type()
   if client_round.keeps_trained_rows:
     # Which of its trained rows each user keeps (`personal_rows.kept_rows`).
     data_type['kept_rows'] = tff.TensorType(np.int32, [None, None])
     data_type['num_kept_rows'] = tff.TensorType(np.int32, [None])
   data_type.update(exchange.data_type_fields())
+  if encodes_uploads:
+    data_type['tier'] = tff.TensorType(np.int32, [None])
   data_type.update(client_round.data_fields(embedding_dim))
   return data_type
 
@@ -260,16 +269,20 @@ def build_client_work(
     exchange,
     broadcast_type: tff.Type,
     client_round: ClientRound = DownloadRound(),
+    upload_codecs: Optional[Sequence[tier_codecs.UpdateCodec]] = None,
 ) -> roles.ClientWork:
-  """The client work of the module docstring."""
+  """The client work of the module docstring; with `upload_codecs` (one
+  per device tier) each user's upload is its trained parameters as the
+  server decodes them (`encode_upload`)."""
   training = training.for_items(spec.num_items)
   theta_keys = dense_keys(spec)
   local_type = type_of(
       initial_local_state(spec, initial_params, exchange, client_round),
       leading=[None],
   )
-  data_type = tff.to_type(
-      client_data_type(exchange, client_round, spec.embedding_dim))
+  data_type = tff.to_type(client_data_type(
+      exchange, client_round, spec.embedding_dim,
+      encodes_uploads=upload_codecs is not None))
 
   @tff.tensorflow.computation(broadcast_type, local_type, data_type)
   def client_update(broadcast, local, data):
@@ -311,16 +324,20 @@ def build_client_work(
     )
     new_global, new_local = models.split_parameters(spec, result.parameters)
     trained_rows = new_global['item_embedding']
+    uploaded, codec_metrics = new_global, {}
+    if upload_codecs is not None:
+      uploaded, codec_metrics = encode_upload(
+          upload_codecs, start, new_global, data)
     update = collections.OrderedDict(
         item_embedding=exchange.item_upload(
-            data, start['item_embedding'], trained_rows,
+            data, start['item_embedding'], uploaded['item_embedding'],
             broadcast['round_num'],
         )
     )
     for key in theta_keys:
       update[key] = tf.nest.map_structure(
           lambda new, old: tf.reduce_mean(new - old, axis=0),
-          new_global[key], start[key],
+          uploaded[key], start[key],
       )
     if client_round.keeps_trained_rows:
       # Only the rows the program keeps leave the worker.
@@ -341,9 +358,43 @@ def build_client_work(
     return new_state, roles.upload(
         update, users=num_users, loss_sum=result.loss_sum,
         num_examples=result.num_examples, **exchange_metrics,
+        **codec_metrics,
     )
 
   return roles.client_work(client_update)
+
+
+def encode_upload(codecs: Sequence[tier_codecs.UpdateCodec], start,
+                  trained, data):
+  """TF: each user's trained global parameters as the server decodes its
+  message (RF² Sec. 5.2: start + decode(encode(trained - start)) by its
+  tier's codec, `tier_codecs.encode_message`, tensor by tensor: the deltas
+  of its num_rows real item rows [n_u, d], then each dense parameter), and
+  the round's figures `tier_upload_bytes` (the messages' bytes) /
+  `tier_users`, float32 [tiers].
+
+  `start`, `trained`: nests of float32 [U, ...] of the same keys; `data`
+  has `tier` [U], `seeds` [U, 2] and the compact table's `num_rows` [U].
+  A user's padded rows past num_rows are not part of its message; they
+  stay untrained."""
+  deltas = collections.OrderedDict(
+      (key, tf.nest.map_structure(lambda new, old: new - old, trained[key],
+                                  start[key]))
+      for key in trained)
+  seeds = tier_codecs.fold_in_each(data['seeds'], _UPLOAD_CODEC_TAG)
+  decoded, sizes = tier_codecs.encode_users(
+      codecs, deltas, data['tier'], seeds,
+      row_counts={'item_embedding': data['num_rows']})
+  uploaded = collections.OrderedDict(
+      (key, tf.nest.map_structure(lambda old, d: old + d, start[key],
+                                  decoded[key]))
+      for key in trained)
+  tiers = len(codecs)
+  return uploaded, collections.OrderedDict(
+      tier_upload_bytes=tf.math.unsorted_segment_sum(sizes, data['tier'],
+                                                     tiers),
+      tier_users=tf.math.unsorted_segment_sum(tf.ones_like(sizes),
+                                              data['tier'], tiers))
 
 
 def build_process(
@@ -358,6 +409,7 @@ def build_process(
         tff.aggregators.WeightedAggregationFactory] = None,
     distributor: Optional[roles.Distributor] = None,
     finalizer: Optional[roles.Finalizer] = None,
+    upload_codecs: Optional[Sequence[tier_codecs.UpdateCodec]] = None,
 ) -> two_phase.TwoPhaseProcess:
   """Builds the process of the module docstring.
 
@@ -375,6 +427,8 @@ def build_process(
       `tff.aggregators.MeanFactory()`.
     distributor: None means the exchange's.
     finalizer: None means the exchange's.
+    upload_codecs: Per device tier, how a user's upload is encoded (RF²'s
+      Prune / Quant / QuantS, `tier_codecs`); None: sent as it is.
   """
   training = training.for_items(spec.num_items)
   client_round = client_round or download_round(training)
@@ -402,7 +456,7 @@ def build_process(
       distributor=distributor,
       client_work=build_client_work(
           spec, initial_params, training, exchange, broadcast_type,
-          client_round,
+          client_round, upload_codecs,
       ),
       aggregator=keyed.KeyedFactory(inner).create(
           tff.to_type(update_type), tff.TensorType(np.float32)

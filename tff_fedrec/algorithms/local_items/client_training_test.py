@@ -13,6 +13,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_fedrec import models
+from tff_fedrec import tier_codecs
 from tff_fedrec.aggregators import sparse_rows
 from tff_fedrec.algorithms.local_items import client_training
 from tff_fedrec.algorithms.local_items import compact_tables
@@ -500,3 +501,53 @@ def test_ldp_noise_is_deterministic_given_the_data_seeds():
       other[4]['global_parameters']['item_embedding'],
       first[4]['global_parameters']['item_embedding'],
   )
+
+
+def _assert_each_is_one_of(values, allowed):
+  gaps = np.abs(np.ravel(values)[:, None] - np.asarray(allowed)[None])
+  assert np.all(gaps.min(axis=1) < 1e-5), (values, allowed)
+  assert np.all(gaps.min(axis=0) < 1e-5), 'every allowed value is used'
+
+
+def test_each_users_upload_is_its_real_rows_and_layers_encoded_by_tier():
+  """User 0 (1-bit Quant) sends its 2 real rows' deltas as their min and
+  max (positive deltas: a range that took in its padded row's 0 would be
+  wrong), user 1 (prune 0.5) each element or 0, user 2 (untouched) all of
+  them; padded rows stay at the start; bytes are the real rows' messages.
+  """
+  rng = np.random.default_rng(0)
+  start = collections.OrderedDict(
+      item_embedding=rng.normal(size=(3, 3, 2)).astype(np.float32),
+      score_layers=rng.normal(size=(3, 4)).astype(np.float32))
+  deltas = tf.nest.map_structure(
+      lambda x: rng.uniform(1.0, 2.0, size=x.shape).astype(np.float32), start)
+  trained = tf.nest.map_structure(np.add, start, deltas)
+  data = {'tier': np.array([0, 1, 2], np.int32),
+          'seeds': np.array([[1, 2], [3, 4], [5, 6]], np.int64),
+          'num_rows': np.array([2, 3, 1], np.int32)}
+  codecs = (tier_codecs.UpdateCodec('quant', 1),
+            tier_codecs.UpdateCodec('prune', 0.5), tier_codecs.UpdateCodec())
+  uploaded, figures = client_training.encode_upload(codecs, start, trained,
+                                                    data)
+  sent = tf.nest.map_structure(lambda u, s: u.numpy() - s, uploaded, start)
+  rows = sent['item_embedding']
+  real = deltas['item_embedding'][0, :2]
+  _assert_each_is_one_of(rows[0, :2], [real.min(), real.max()])
+  layers = deltas['score_layers'][0]
+  _assert_each_is_one_of(sent['score_layers'][0],
+                         [layers.min(), layers.max()])
+  kept = rows[1] != 0
+  np.testing.assert_allclose(rows[1][kept], deltas['item_embedding'][1][kept],
+                             rtol=1e-5)
+  assert 0 < kept.sum() < kept.size
+  np.testing.assert_allclose(rows[2, :1], deltas['item_embedding'][2, :1],
+                             rtol=1e-5)
+  np.testing.assert_array_equal(rows[0, 2:], 0.0)
+  np.testing.assert_array_equal(rows[2, 1:], 0.0)
+  pruned_layers = (sent['score_layers'][1] != 0).sum()
+  np.testing.assert_allclose(figures['tier_upload_bytes'], [
+      (1 + 8) + (1 + 8),  # ceil(4 x 1 / 8) + min and max, per tensor.
+      4 * (kept.sum() + pruned_layers) + 2 * 8,  # Kept floats, mask seed.
+      4 * (2 + 4),  # One row of 2 and 4 layer values, 32-bit.
+  ])
+  np.testing.assert_array_equal(figures['tier_users'], [1, 1, 1])

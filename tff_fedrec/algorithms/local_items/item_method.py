@@ -40,6 +40,8 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_fedrec import models
+from tff_fedrec import tier_optimizations
+from tff_fedrec import tiers
 from tff_fedrec.algorithms import method
 from tff_fedrec.algorithms.local_items import client_training
 from tff_fedrec.algorithms.local_items import compact_tables
@@ -166,10 +168,11 @@ class ItemTableMethod(method.Method):
   def summary_fields(self, server_state, store, history):
     del server_state
     return {**method.bytes_summary(history, store),
-            **method.downlink_summary(history)}
+            **method.downlink_summary(history),
+            **method.tier_upload_summary(history)}
 
   def results_rows(self, summary):
-    return method.bytes_rows(summary)
+    return method.bytes_rows(summary) + method.tier_upload_rows(summary)
 
   def on_device_tiers(self) -> list[str]:
     return [SINGLE_TIER]
@@ -220,6 +223,9 @@ class LocalItemMethod(ItemTableMethod):
       between rounds only the fine-tuned rows it is scored by, and all of
       them in its last round of the run (`personal_rows.kept_rows`,
       `method.RoundInput.last_round_users`).
+    upload_tiers: int32 [U], each user's device tier, when its uploads are
+      encoded by tier (`client_training.encode_upload`); None otherwise.
+    tier_names: The names of those tiers.
   """
 
   spec: models.RecommenderSpec
@@ -230,6 +236,8 @@ class LocalItemMethod(ItemTableMethod):
   num_users: int
   client_round: client_training.ClientRound
   scored_items: Optional[tuple[np.ndarray, np.ndarray]] = None
+  upload_tiers: Optional[np.ndarray] = None
+  tier_names: tuple[str, ...] = ()
 
   @property
   def initial_client_state(self):
@@ -308,6 +316,8 @@ class LocalItemMethod(ItemTableMethod):
             [kept_items(p) for p in positions]))
       for key, values in fields.items():
         data[key] = values[positions]
+      if self.upload_tiers is not None:
+        data['tier'] = self.upload_tiers[users[positions]].astype(np.int32)
       data.update(self.group_data_fields(store, users[positions], data))
       return data
 
@@ -324,6 +334,8 @@ class LocalItemMethod(ItemTableMethod):
     return server_state, {
         'train_loss': float(metrics['train_loss']),
         **{key: float(value) for key, value in sent._asdict().items()},
+        **method.tier_upload_figures(metrics['client_work'],
+                                     self.tier_names),
         # The encoded downlink's own figures (FedRAS: group_count,
         # mean_cosine, similarity_at_expected), for the next round.
         **{f'downlink_{key}': float(value)
@@ -372,10 +384,15 @@ def build_method(
     seed: int,
     item_aggregator: Optional[object] = None,
     model_aggregator: Optional[object] = None,
+    tier_optimization: str = 'none',
 ) -> LocalItemMethod:
   """A `LocalItemMethod` of `spec` with initial parameters seeded by
   `seed`; `exchange` is an exchange's options (`exchanges.BroadcastOptions`,
-  `fedras.exchange.FedRASOptions`, ...), built for `spec` and `data`."""
+  `fedras.exchange.FedRASOptions`, ...), built for `spec` and `data`;
+  `tier_optimization` (`tier_optimizations`) may encode each user's upload
+  by its device tier (`client_training.encode_upload`)."""
+  codecs = tier_optimizations.upload_codecs(tier_optimization,
+                                            data.user_tiers)
   exchange = exchange.build(
       num_items=spec.num_items, embedding_dim=spec.embedding_dim, seed=seed,
       user_tiers=data.user_tiers,
@@ -396,8 +413,19 @@ def build_method(
       process=client_training.build_process(
           spec, params, training, exchange, client_round=client_round,
           item_aggregator=item_aggregator, model_aggregator=model_aggregator,
+          upload_codecs=codecs,
       ),
       num_users=data.num_users,
       client_round=client_round,
       scored_items=data.scored_items,
+      **tier_upload_fields(codecs, data),
   )
+
+
+def tier_upload_fields(codecs, data: method.RunData) -> dict:
+  """`LocalItemMethod`'s upload_tiers and tier_names when `codecs`
+  encode the uploads by tier, else {}."""
+  if codecs is None:
+    return {}
+  return {'upload_tiers': np.asarray(data.user_tiers, np.int32),
+          'tier_names': tuple(data.tier_names or tiers.TIER_NAMES)}

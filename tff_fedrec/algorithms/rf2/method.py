@@ -1,13 +1,13 @@
 """RF² as a `Method` (`build_rf2`): DLRM or DIN trained on click-through
 events by FedAvg with a tier-aware optimisation (Maeng et al., RecSys
-'22), reported with its bytes per tier and, against a paired baseline run,
-its MDAC (Eq. 1).
+'22), reported with its bytes per tier (the MDAC against a paired baseline
+run is the training program's, `programs/paired_runs`, for every method).
 
 The process is `process.build_process`; the users' groups and rounds are
 the shared `templates.user_groups.run_round` (groups never span a tier);
 scores are the global model's logits of the protocol's `FeatureRows`.
 Exclude Lo and Overselect are client selections, which the protocol makes
-(`tasks.click_through_protocol`); this method only reports them.
+(`tasks.client_selection`); this method only reports them.
 
 Example:
   >>> method = build_rf2(data=run_data, seed=0, model='dlrm',
@@ -15,21 +15,16 @@ Example:
 """
 
 import collections
-import json
-import os
-import statistics
-from typing import Optional
 
 import numpy as np
 import tensorflow as tf
 
 from tff_fedrec import client_state_store
 from tff_fedrec import device_tiers
-from tff_fedrec import fairness
+from tff_fedrec import tier_optimizations
 from tff_fedrec.algorithms import method as method_lib
 from tff_fedrec.algorithms.rf2 import models
 from tff_fedrec.algorithms.rf2 import process as process_lib
-from tff_fedrec.algorithms.rf2 import tier_optimizations
 from tff_fedrec.templates import user_groups
 
 SERVER_LEARNING_RATE = 0.1  # MovieLens (Taobao: 0.01).
@@ -41,8 +36,7 @@ class RF2Method(method_lib.Method):
 
   def __init__(self, data: method_lib.RunData, spec: models.ClickModelSpec,
                optimization: tier_optimizations.TierOptimization, *,
-               seed: int, server_learning_rate: float,
-               paired_baseline: Optional[str]):
+               seed: int, server_learning_rate: float):
     if data.feature_shapes is None:
       raise ValueError('rf2 trains on click-through events: run it under '
                        'the click_through protocol.')
@@ -50,7 +44,6 @@ class RF2Method(method_lib.Method):
       raise ValueError('rf2 needs each user\'s device tier.')
     self._data, self._spec, self._optimization = data, spec, optimization
     self._server_learning_rate = server_learning_rate
-    self._paired_baseline = paired_baseline
     self._tier_names = data.tier_names or device_tiers.TIER_NAMES
     initial = models.initial_parameters(spec, np.random.default_rng(seed))
     self._num_parameters = sum(x.size for x in tf.nest.flatten(initial))
@@ -114,31 +107,12 @@ class RF2Method(method_lib.Method):
 
   def summary_fields(self, server_state, store, history) -> dict:
     del server_state, store
-    sent = {}
-    for name in self._tier_names:
-      key = f'upload_bytes_per_client_{name}'
-      rounds = [row[key] for row in history if key in row]
-      if rounds:  # A tier no client of which trained sends nothing.
-        sent[name] = statistics.median(rounds)
-    fields = {'upload_bytes_per_client': sent,
+    fields = {**method_lib.tier_upload_summary(history),
               'model_bytes': 4 * self._num_parameters}
-    if self._paired_baseline:
-      evaluated = [row for row in history if 'test' in row]
-      fields['mdac'] = paired_mdac(evaluated[-1]['test'],
-                                   self._paired_baseline)
     return fields
 
   def results_rows(self, summary):
-    rows = [('upload bytes per client ' + ' / '.join(
-        summary['upload_bytes_per_client']), ' / '.join(
-            f'{v / 1e3:.1f} kB'
-            for v in summary['upload_bytes_per_client'].values()))]
-    if 'mdac' in summary:
-      mdac = summary['mdac']
-      rows.append(('MDAC vs the paired baseline',
-                   f'{100 * mdac["mdac"]:.3f}% (relative AUC change '
-                   + ', '.join(f'{k} {100 * v:+.3f}%' for k, v in
-                               mdac['relative_change'].items()) + ')'))
+    rows = method_lib.tier_upload_rows(summary)
     return rows
 
   def config_summary(self):
@@ -147,8 +121,7 @@ class RF2Method(method_lib.Method):
             'tier_optimization': self._optimization.name,
             'server_learning_rate': self._server_learning_rate,
             'client_learning_rate': process_lib.CLIENT_LEARNING_RATE,
-            'embedding_l2': process_lib.EMBEDDING_L2,
-            'paired_baseline': self._paired_baseline}
+            'embedding_l2': process_lib.EMBEDDING_L2}
 
   def on_device_tiers(self) -> list[str]:
     return list(self._tier_names)
@@ -179,29 +152,9 @@ class RF2Method(method_lib.Method):
             'parameters')
 
 
-def paired_mdac(test: dict, baseline_dir: str) -> dict:
-  """MDAC (RF² Eq. 1) of this run's per-tier test AUCs against the
-  baseline run's in `baseline_dir` (its summary.json; unrounded)."""
-  path = os.path.join(baseline_dir, 'summary.json')
-  try:
-    with open(path) as file:
-      baseline = json.load(file)['test']['per_tier']
-  except (OSError, ValueError, KeyError) as error:
-    raise ValueError(
-        f'The paired baseline {path} cannot be read ({error}): give the '
-        'root_dir of a finished rf2 run with --tier_optimization=none, the '
-        'same --seed and --device_tiers.') from None
-  base = {name: tier['auc'] for name, tier in baseline.items()}
-  optimized = {name: tier['auc'] for name, tier in test['per_tier'].items()}
-  return {'mdac': fairness.mdac(base, optimized),
-          'relative_change': fairness.relative_changes(base, optimized),
-          'baseline': baseline_dir}
-
-
 def build_rf2(*, data: method_lib.RunData, seed: int = 0, model: str = 'dlrm',
               embedding_dim: int = 16, tier_optimization: str = 'none',
-              server_learning_rate: float = SERVER_LEARNING_RATE,
-              paired_baseline: Optional[str] = None) -> RF2Method:
+              server_learning_rate: float = SERVER_LEARNING_RATE) -> RF2Method:
   """RF² (module docstring).
 
   Args:
@@ -211,13 +164,10 @@ def build_rf2(*, data: method_lib.RunData, seed: int = 0, model: str = 'dlrm',
     embedding_dim: d (16 in the paper).
     tier_optimization: `tier_optimizations.parse`'s value.
     server_learning_rate: Adagrad's (0.1 on MovieLens).
-    paired_baseline: The root_dir of the run without optimisation (same
-      seed and tiers) MDAC is measured against, or None.
   """
   spec = models.ClickModelSpec(
       model, num_items=data.num_items,
       num_genres=(data.feature_shapes or {}).get('num_genres', 0),
       embedding_dim=embedding_dim)
   return RF2Method(data, spec, tier_optimizations.parse(tier_optimization),
-                   seed=seed, server_learning_rate=server_learning_rate,
-                   paired_baseline=paired_baseline)
+                   seed=seed, server_learning_rate=server_learning_rate)

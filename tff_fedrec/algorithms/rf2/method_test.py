@@ -61,9 +61,9 @@ def test_mdac_is_measured_against_the_paired_baseline(tmp_path):
   assert summary['rounds_completed'] == summary['rounds_per_epoch'] < 3
   # A baseline of another seed, mapping or optimisation is refused before
   # any training.
-  for args, why in ((['--seed=1'], 'its seed is 0'),
-                    (['--device_tiers=round_robin'], 'its tiers is'),
-                    (['--model=din'], "its model is 'dlrm'")):
+  for args, why in ((['--seed=1'], "--seed ('0' there, '1' here)"),
+                    (['--device_tiers=round_robin'], '--device_tiers'),
+                    (['--model=din'], '--model')):
     program_test_utils.refused(
         'train', training_program.main,
         [*_RUN, f'--root_dir={tmp_path / "other"}', *args,
@@ -72,7 +72,8 @@ def test_mdac_is_measured_against_the_paired_baseline(tmp_path):
   program_test_utils.refused(
       'train', training_program.main,
       [*_RUN, f'--root_dir={tmp_path / "other"}',
-       f'--paired_baseline={optimized}'], "its tier_optimization is")
+       f'--paired_baseline={optimized}'],
+      'ran --tier_optimization=exclude_low')
   changes = {tier: (summary['test']['per_tier'][tier]['auc']
                     - base[tier]['auc']) / base[tier]['auc']
              for tier in base}
@@ -102,8 +103,8 @@ def test_other_methods_refuse_rf2s_flags(tmp_path):
   base = ['--dataset=synthetic', f'--root_dir={tmp_path}']
   program_test_utils.refused(
       'train', training_program.main,
-      ['--method=pfedrec', '--tier_optimization=exclude_low', *base],
-      '--tier_optimization does not apply to --method=pfedrec')
+      ['--method=pfedrec', '--server_learning_rate=0.1', *base],
+      '--server_learning_rate does not apply to --method=pfedrec')
   program_test_utils.refused(
       'train', training_program.main,
       ['--method=fedras', '--model=dlrm', *base],

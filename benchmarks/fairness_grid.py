@@ -1,19 +1,26 @@
-r"""RF²'s fairness grid: MDAC of tier-aware optimisations against paired
-baselines, over device mappings and seeds (Maeng et al., RecSys '22,
-Sec. 6, Takeaways 2, 5 and 6).
+r"""The fairness grid of any method: MDAC of tier-aware optimisations
+against paired baselines, over device mappings and seeds (RF², Maeng et
+al., RecSys '22, Sec. 6; for rf2 also its Takeaways 2, 5 and 6).
 
-For every (mapping, seed) it trains the run without optimisation first,
-then each optimisation with `--paired_baseline` pointing at it (same seed,
-same tiers, same initial model and client order), all through the
-training program; a run whose summary.json exists is not run again, so
-the grid resumes. Then it prints, per mapping and optimisation, the MDAC
-and each tier's relative AUC change (mean +- standard error over seeds)
-and the three takeaways held / not held.
+For every (model, mapping, seed) it trains the run without optimisation
+first, then each optimisation with `--paired_baseline` pointing at it
+(same seed, same tiers, same initial model and client order), all through
+the training program; a run whose summary.json exists is not run again
+and an interrupted run resumes from its checkpoint, so the grid resumes.
+It prints a progress line with an ETA after every run. Then it prints,
+per mapping and optimisation, the protocol's metric (AUC, HR@10 or
+Recall@20), the MDAC and each tier's relative change (mean +- standard
+error over seeds) and, for rf2, the three takeaways held / not held.
 
-  .venv/bin/python benchmarks/rf2_grid.py --out_dir=/tmp/rf2_grid \
+  .venv/bin/python benchmarks/fairness_grid.py --out_dir=/tmp/rf2_grid \
       --mappings=round_robin,dirichlet:0.005 \
       --optimizations='exclude_low quant:4,8,32 quants:4,8,32' \
       --seeds=0,1,2 --epochs=3
+
+  .venv/bin/python benchmarks/fairness_grid.py --method=pfedrec \
+      --run_flags='--flagfile=programs/presets/pfedrec_ml100k.flags' \
+      --out_dir=/tmp/fair --mappings=dirichlet:0.005 \
+      --optimizations='exclude_low quant:4,8,32' --epochs=0
 
 `--shard=i/n` runs the i-th of n disjoint parts ((mapping, seed) pairs),
 so two processes can share the machine; `--table_only` prints from the
@@ -26,20 +33,30 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 
 from absl import app
 from absl import flags
 
 _OUT_DIR = flags.DEFINE_string('out_dir', None, 'Where the runs go.')
-_DATASET = flags.DEFINE_string('dataset', 'ml-1m', 'Data set.')
-_MODEL = flags.DEFINE_enum('model', 'dlrm', ['dlrm', 'din'], 'Model.')
+_METHOD = flags.DEFINE_string('method', 'rf2', 'The --method of every run.')
+_RUN_FLAGS = flags.DEFINE_string(
+    'run_flags', '',
+    'More flags of every run, space-separated (e.g. a preset\'s '
+    '--flagfile; given before the grid\'s own, which win).')
+_DATASET = flags.DEFINE_string(
+    'dataset', None, 'Data set (default: the run flags\', else ml-1m).')
+_MODELS = flags.DEFINE_list(
+    'models', ['dlrm'],
+    'rf2: --model values (dlrm, din), each a grid of its own.')
 _MAPPINGS = flags.DEFINE_list('mappings', ['round_robin', 'dirichlet:0.005'],
                               '--device_tiers values.')
 _OPTIMIZATIONS = flags.DEFINE_spaceseplist(
     'optimizations', ['exclude_low'],
     '--tier_optimization values, space-separated (they hold commas).')
 _SEEDS = flags.DEFINE_list('seeds', ['0', '1', '2'], 'Seeds.')
-_EPOCHS = flags.DEFINE_integer('epochs', 3, 'Global epochs of every run.')
+_EPOCHS = flags.DEFINE_integer(
+    'epochs', 3, 'Global epochs of every run (0: the run flags\' rounds).')
 _ROUNDS = flags.DEFINE_integer(
     'rounds', None,
     'Rounds of every run instead of --epochs (the same server steps for '
@@ -49,8 +66,12 @@ _TABLE_ONLY = flags.DEFINE_bool('table_only', False, 'Only print.')
 _TIERS = ('low', 'mid', 'high')
 
 
-def _run_dir(mapping, optimization, seed):
-  return os.path.join(_OUT_DIR.value, _MODEL.value, mapping.replace(':', '_'),
+def _models():
+  return _MODELS.value if _METHOD.value == 'rf2' else [_METHOD.value]
+
+
+def _run_dir(model, mapping, optimization, seed):
+  return os.path.join(_OUT_DIR.value, model, mapping.replace(':', '_'),
                       optimization.replace(':', '_').replace(',', '-'),
                       f'seed{seed}')
 
@@ -63,27 +84,36 @@ def _summary(path):
     return None
 
 
-def _train(mapping, optimization, seed):
-  root = _run_dir(mapping, optimization, seed)
+def _train(model, mapping, optimization, seed) -> bool:
+  """Trains one run unless it is finished; whether it trained."""
+  root = _run_dir(model, mapping, optimization, seed)
   if _summary(root) is not None:
-    return
+    return False
   command = [
-      sys.executable, '-m', 'tff_fedrec.programs.train', '--method=rf2',
-      f'--dataset={_DATASET.value}', f'--model={_MODEL.value}',
-      f'--device_tiers={mapping}', f'--tier_optimization={optimization}',
-      f'--seed={seed}', f'--root_dir={root}',
-      (f'--epochs={_EPOCHS.value}' if _ROUNDS.value is None
-       else f'--rounds={_ROUNDS.value}'),
-      '--checkpoint_every=1000000']
+      sys.executable, '-m', 'tff_fedrec.programs.train',
+      *_RUN_FLAGS.value.split(), f'--method={_METHOD.value}',
+      f'--device_tiers={mapping}',
+      f'--tier_optimization={optimization}', f'--seed={seed}',
+      f'--root_dir={root}']
+  if _DATASET.value or not _RUN_FLAGS.value:
+    command.append(f'--dataset={_DATASET.value or "ml-1m"}')
+  if _METHOD.value == 'rf2':
+    command.append(f'--model={model}')
+  if _ROUNDS.value is not None:
+    command.append(f'--rounds={_ROUNDS.value}')
+  elif _EPOCHS.value:
+    command.append(f'--epochs={_EPOCHS.value}')
   if optimization != 'none':
-    command.append(f'--paired_baseline={_run_dir(mapping, "none", seed)}')
+    command.append(
+        f'--paired_baseline={_run_dir(model, mapping, "none", seed)}')
   print(' '.join(command[1:]), flush=True)
   result = subprocess.run(command, capture_output=True, text=True)
   if result.returncode:
     raise RuntimeError(f'{root} failed:\n{result.stderr[-3000:]}')
   print('\n'.join(line for line in result.stdout.splitlines()
-                  if 'test AUC' in line or 'seconds per round' in line),
-        flush=True)
+                  if 'test ' in line or 'seconds per round' in line
+                  or 'MDAC' in line), flush=True)
+  return True
 
 
 def _mean_error(values):
@@ -98,35 +128,46 @@ def _cell(values):
   return f'{100 * mean:7.3f} +- {100 * error:.3f}'
 
 
-def _collect():
+def _collect(model):
   """{(mapping, optimization): [summary of each seed]}."""
   runs = collections.defaultdict(list)
   for mapping in _MAPPINGS.value:
     for optimization in ['none', *_OPTIMIZATIONS.value]:
       for seed in _SEEDS.value:
-        summary = _summary(_run_dir(mapping, optimization, seed))
+        summary = _summary(_run_dir(model, mapping, optimization, seed))
         if summary is not None:
           runs[(mapping, optimization)].append(summary)
   return runs
 
 
-def _table(runs):
-  length = (f'{_EPOCHS.value} epochs' if _ROUNDS.value is None
-            else f'{_ROUNDS.value} rounds')
-  print(f'\n{_DATASET.value} {_MODEL.value}, {length}; '
-        '% mean +- s.e. over seeds')
+def _metric(runs) -> str:
+  """The protocol's per-tier metric the MDAC compares (the runs')."""
+  for summaries in runs.values():
+    for summary in summaries:
+      if 'mdac' in summary:
+        return summary['mdac']['metric']
+  return 'auc'
+
+
+def _table(model, runs):
+  length = (f'{_ROUNDS.value} rounds' if _ROUNDS.value is not None
+            else f'{_EPOCHS.value} epochs' if _EPOCHS.value
+            else 'the run flags\' rounds')
+  metric = _metric(runs)
+  print(f'\n{_DATASET.value or ""} {model}, {length}; test {metric} and '
+        'relative changes in %, mean +- s.e. over seeds')
   print(f'{"mapping":16s} {"optimization":22s} {"n":>2s} '
-        f'{"AUC":>16s} {"MDAC":>16s} ' + ' '.join(
+        f'{metric:>16s} {"MDAC":>16s} ' + ' '.join(
             f'{"d" + t:>16s}' for t in _TIERS) + f' {"d total":>16s}')
   for (mapping, optimization), summaries in runs.items():
-    aucs = [s['test']['auc'] for s in summaries]
+    values = [s['test'][metric] for s in summaries]
     line = (f'{mapping:16s} {optimization:22s} {len(summaries):2d} '
-            f'{_cell(aucs):>16s} ')
+            f'{_cell(values):>16s} ')
     if optimization == 'none':
       print(line)
       continue
     base = runs[(mapping, 'none')]
-    total = [(s['test']['auc'] - b['test']['auc']) / b['test']['auc']
+    total = [(s['test'][metric] - b['test'][metric]) / b['test'][metric]
              for s, b in zip(summaries, base)]
     line += f'{_cell(s["mdac"]["mdac"] for s in summaries):>16s} '
     line += ' '.join(
@@ -197,17 +238,35 @@ def _takeaways(runs):
             + f': {claim} {"held" if held else "not held"}')
 
 
+def _run_all():
+  """Trains this shard's runs, with a progress line and ETA after each."""
+  index, count = map(int, _SHARD.value.split('/'))
+  groups = [(model, mapping, seed) for model in _models()
+            for mapping in _MAPPINGS.value for seed in _SEEDS.value]
+  runs = [(model, mapping, optimization, seed)
+          for model, mapping, seed in groups[index::count]
+          for optimization in ['none', *_OPTIMIZATIONS.value]]
+  seconds = []
+  for done, run in enumerate(runs, 1):
+    started = time.monotonic()
+    if _train(*run):
+      seconds.append(time.monotonic() - started)
+    left = len(runs) - done
+    eta = statistics.fmean(seconds) * left if seconds else 0.0
+    print(f'[grid] {done}/{len(runs)} runs done ({len(seconds)} trained '
+          f'now, {statistics.fmean(seconds) if seconds else 0:.0f} s each); '
+          f'ETA {eta / 3600:.2f} h', flush=True)
+
+
 def main(argv):
   del argv
   if not _TABLE_ONLY.value:
-    index, count = map(int, _SHARD.value.split('/'))
-    pairs = [(m, s) for m in _MAPPINGS.value for s in _SEEDS.value]
-    for mapping, seed in pairs[index::count]:
-      for optimization in ['none', *_OPTIMIZATIONS.value]:
-        _train(mapping, optimization, seed)
-  runs = _collect()
-  _table(runs)
-  _takeaways(runs)
+    _run_all()
+  for model in _models():
+    runs = _collect(model)
+    _table(model, runs)
+    if _METHOD.value == 'rf2':
+      _takeaways(runs)
 
 
 if __name__ == '__main__':

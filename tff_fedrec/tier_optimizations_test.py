@@ -4,7 +4,7 @@ settings, and bad values are refused naming the problem."""
 import pytest
 
 from tff_fedrec import tier_codecs
-from tff_fedrec.algorithms.rf2 import tier_optimizations
+from tff_fedrec import tier_optimizations
 
 UpdateCodec = tier_codecs.UpdateCodec
 

@@ -54,6 +54,13 @@ class TierOptimization:
   selection: Optional[str] = None
   overselect_share: float = 0.0
 
+  @property
+  def changes_the_method(self) -> bool:
+    """Whether the method itself must apply it (an encoding of the
+    uploads, Channel), rather than the protocol's client selection."""
+    return (self.channel_multipliers is not None
+            or not all(codec.untouched for codec in self.codecs))
+
 
 def _numbers(kind, text):
   try:
@@ -96,3 +103,23 @@ def parse(value: str) -> TierOptimization:
     return TierOptimization(value, channel_multipliers=numbers)
   return TierOptimization(value, codecs=tuple(
       tier_codecs.UpdateCodec(kind, v) for v in numbers))
+
+
+def upload_codecs(value: str, user_tiers) -> Optional[tuple]:
+  """The per-tier encodings of the uploads of a method without hidden
+  layers to thin (every method but RF²'s): the codecs of `value`, or None
+  when it encodes nothing (none, or a client selection, which the
+  protocol makes). ValueError for Channel, and for codecs without the
+  users' tiers."""
+  parsed = parse(value)
+  if parsed.channel_multipliers is not None:
+    raise ValueError(
+        f'{value}: Channel keeps a share of each hidden layer\'s units, '
+        'which only rf2\'s models (DLRM, DIN) implement; use prune, quant '
+        'or quants to shrink this method\'s uploads by tier.')
+  if all(codec.untouched for codec in parsed.codecs):
+    return None
+  if user_tiers is None:
+    raise ValueError(f'{value} encodes uploads by device tier: give the '
+                     'users\' tiers.')
+  return parsed.codecs
