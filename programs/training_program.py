@@ -31,6 +31,7 @@ from tff_fedrec.algorithms import registry
 from tff_fedrec.programs import execution
 from tff_fedrec.programs import interrupts
 from tff_fedrec.programs import paired_runs
+from tff_fedrec.programs import protocol_floors
 from tff_fedrec.programs import run_directory
 from tff_fedrec.programs import training_loop
 from tff_fedrec.programs.flag_groups import apfr_gkd as apfr_gkd_flags
@@ -48,6 +49,7 @@ from tff_fedrec.programs.flag_groups import tiers as tiers_flags
 from tff_fedrec.programs.flag_groups import training as training_flags
 from tff_fedrec.tasks import datasets
 from tff_fedrec.tasks import errors
+from tff_fedrec.tasks import floors
 
 FlagError = group.FlagError
 RUN_FLAGS_FILE = run_directory.RUN_FLAGS_FILE
@@ -178,6 +180,38 @@ def check_flags() -> registry.MethodEntry:
   return entry
 
 
+# Flags that do not shape a run's split or its draws, so not its floors'.
+_NOT_FLOOR_FLAGS = frozenset({
+    'method', 'root_dir', 'eval_every', 'checkpoint_every',
+    'users_per_tff_client', 'cohort_size', 'cohort_state_mb',
+    'max_worker_restarts', 'paired_baseline'})
+
+
+def floor_key(fingerprint: dict) -> dict:
+  """What a run's floors depend on (`protocol_floors`): the data and the
+  values of the common groups' and the protocols' flags that shape the
+  split and the draws."""
+  names = {holder.name
+           for name in (*COMMON_GROUPS, *protocol_flags.PROTOCOLS)
+           if name != 'execution'
+           for holder in GROUPS[name].holders} - _NOT_FLOOR_FLAGS
+  flags_now = current_flags()
+  return {'fingerprint': fingerprint,
+          'flags': {name: flags_now.get(name) for name in sorted(names)}}
+
+
+def protocol_of(name: str, data):
+  """(the protocol `name` of the split `data` as the flags build it, the
+  users' tiers by --device_tiers or --tier_ratio)."""
+  tier_policy = tiers_flags.tier_policy()
+  protocol_from_flags = protocol_flags.PROTOCOLS[name]
+  user_tiers = tier_policy.assign(
+      data.train_offsets, data.train_items, run_flags.SEED.value,
+      clicks=protocol_from_flags.clicks(data))
+  return (protocol_from_flags.build(data, user_tiers, tier_policy.tier_names),
+          user_tiers)
+
+
 def prepare_run(*, log: Callable[[str], None] = print,
                 starting: bool = True,
                 entry: Optional[registry.MethodEntry] = None) -> PreparedRun:
@@ -198,12 +232,7 @@ def prepare_run(*, log: Callable[[str], None] = print,
   data_config = data_flags.data_config(run_flags.SEED.value)
   data, fingerprint = _load_data(entry, data_config, run_flags.ROOT_DIR.value)
   tier_policy = tiers_flags.tier_policy()
-  protocol_from_flags = protocol_flags.PROTOCOLS[entry.protocol]
-  user_tiers = tier_policy.assign(
-      data.train_offsets, data.train_items, run_flags.SEED.value,
-      clicks=protocol_from_flags.clicks(data))
-  protocol = protocol_from_flags.build(data, user_tiers,
-                                       tier_policy.tier_names)
+  protocol, user_tiers = protocol_of(entry.protocol, data)
   run_data = protocol.run_data(user_tiers)
   method = entry.build(
       data=run_data, seed=run_flags.SEED.value,
@@ -218,6 +247,9 @@ def prepare_run(*, log: Callable[[str], None] = print,
       cohort_state_bytes=int(run_flags.COHORT_STATE_MB.value * 2**20) or None,
   )
   summary_fields = {
+      'floors': protocol_floors.cached_floors(
+          protocol, loop_config.rounds, floor_key(fingerprint),
+          data_flags.CACHE_DIR.value) if starting else None,
       'method': entry.name,
       'dataset': data_config.dataset,
       'executor': execution_flags.executor_summary(),
@@ -266,6 +298,7 @@ def results_table(summary: dict, protocol, method: method_lib.Method,
       (rss, f'{summary["peak_rss_mb"]:.0f} MB'),
       *method.results_rows(summary),
       *paired_runs.mdac_row(summary),
+      *protocol_floors.results_rows(summary.get('floors')),
       ('outputs', f'{root_dir}: summary.json, metrics.csv, checkpoints/, '
        'tensorboard/'),
   ]
@@ -401,6 +434,9 @@ def run() -> dict:
     )
   print(results_table(summary, prepared.protocol, prepared.method,
                       prepared.root_dir), flush=True)
+  if summary.get('floors'):
+    # The figures above read against what learning nothing shared reaches.
+    print('\n'.join(floors.lines(summary['floors'])), flush=True)
   return summary
 
 

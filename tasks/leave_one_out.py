@@ -202,6 +202,11 @@ class LeaveOneOut(protocol.Protocol):
     result = metrics.summarize_sampled(scores)
     return {'hr@10': result['hr@10'], 'ndcg@10': result['ndcg@10']}
 
+  def chance(self) -> dict:
+    """{'hr@10': K / (1 + M)}: HR@10 of a uniformly random ranking of the
+    positive among its M test negatives."""
+    return {'hr@10': min(10 / (1 + self.data.test_negatives.shape[1]), 1.0)}
+
   def summary(self, history: list) -> dict:
     evaluated = [row for row in history if 'val_hr@10' in row]
     best = best_row(evaluated)

@@ -14,6 +14,7 @@ The one training loop (`programs/training_loop`) is driven by a protocol:
   summary       the reported result from the history, and which round it
                 comes from;
   test_metrics  the test metrics of any scorer (an exported model's file);
+  chance        the metric of a random ranking (the floors' `chance`);
   progress      the evaluation's part of a progress line;
   results_rows  the protocol's rows of the printed results table.
 
@@ -30,6 +31,7 @@ RF²'s click-through protocol is a third one of these.
 """
 
 import abc
+from typing import Optional
 
 import numpy as np
 
@@ -91,6 +93,11 @@ class Protocol(abc.ABC):
   def test_metrics(self, users, score_items) -> dict:
     """The test metrics of `users` scored by `score_items(position in
     users, item ids) -> scores` (an exported model, say)."""
+
+  def chance(self) -> Optional[dict]:
+    """{fairness_metric: its value under a uniformly random ranking}, or
+    None for a protocol without sampled negatives to audit (`floors`)."""
+    return None
 
   @abc.abstractmethod
   def summary(self, history: list) -> dict:

@@ -167,6 +167,16 @@ class RandomSplit(protocol.Protocol):
     )
     return {key: value for key, value in result.items() if key != 'per_tier'}
 
+  def chance(self) -> dict:
+    """{'recall@K': the mean over users with a test item of
+    min(K / N_u, 1)}: Recall@K of a uniformly random ranking of a user's
+    N_u non-training items (each test item is in the top K with
+    probability K / N_u)."""
+    has_test = np.diff(self.data.test_offsets) > 0
+    unranked = self.data.num_items - np.diff(self.data.train_offsets)
+    return {f'recall@{TOP_K}': float(np.mean(
+        np.minimum(TOP_K / unranked[has_test], 1.0)))}
+
   def summary(self, history: list) -> dict:
     evaluated = [row for row in history if 'test' in row]
     return {
