@@ -10,7 +10,10 @@ and an interrupted run resumes from its checkpoint, so the grid resumes.
 It prints a progress line with an ETA after every run. Then it prints,
 per mapping and optimisation, the protocol's metric (AUC, HR@10 or
 Recall@20), the MDAC and each tier's relative change (mean +- standard
-error over seeds) and, for rf2, the three takeaways held / not held.
+error over seeds) and, for rf2, the three takeaways held / not held, and
+writes the figures of each model to --out_dir/figures: MDAC by
+optimisation and mapping (the paper's Fig. 6-7) and each tier's relative
+change (Fig. 8), with standard-error bars over seeds (PNG).
 
   .venv/bin/python benchmarks/fairness_grid.py --out_dir=/tmp/rf2_grid \
       --mappings=round_robin,dirichlet:0.005 \
@@ -64,6 +67,7 @@ _ROUNDS = flags.DEFINE_integer(
 _SHARD = flags.DEFINE_string('shard', '0/1', 'i/n: this process\'s part.')
 _TABLE_ONLY = flags.DEFINE_bool('table_only', False, 'Only print.')
 _TIERS = ('low', 'mid', 'high')
+_METRIC_NAMES = {'auc': 'AUC', 'hr@10': 'HR@10', 'recall@20': 'Recall@20'}
 
 
 def _models():
@@ -141,11 +145,12 @@ def _collect(model):
 
 
 def _metric(runs) -> str:
-  """The protocol's per-tier metric the MDAC compares (the runs')."""
+  """The protocol's per-tier metric the MDAC compares (the runs'; AUC
+  in the rf2 runs made before other methods had one)."""
   for summaries in runs.values():
     for summary in summaries:
       if 'mdac' in summary:
-        return summary['mdac']['metric']
+        return summary['mdac'].get('metric', 'auc')
   return 'auc'
 
 
@@ -258,6 +263,77 @@ def _run_all():
           f'ETA {eta / 3600:.2f} h', flush=True)
 
 
+def _figures(model, runs) -> list[str]:
+  """Writes Fig. 6-7 (MDAC) and Fig. 8 (per-tier change) of `model`'s
+  runs; returns their paths."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use('Agg')
+  from matplotlib import pyplot  # pylint: disable=g-import-not-at-top
+
+  metric = _METRIC_NAMES.get(_metric(runs), _metric(runs))
+  mappings = [m for m in _MAPPINGS.value
+              if any((m, o) in runs for o in _OPTIMIZATIONS.value)]
+  optimizations = [o for o in _OPTIMIZATIONS.value
+                   if any((m, o) in runs for m in mappings)]
+  if not mappings or not optimizations:
+    return []
+  folder = os.path.join(_OUT_DIR.value, 'figures')
+  os.makedirs(folder, exist_ok=True)
+  paths = []
+  width = 0.8 / len(mappings)
+  figure, axes = pyplot.subplots(
+      figsize=(max(6.0, 1.1 * len(optimizations) + 2), 4.0))
+  for index, mapping in enumerate(mappings):
+    cells = [_mean_error(s['mdac']['mdac'] for s in runs[(mapping, o)])
+             if (mapping, o) in runs else (float('nan'), 0.0)
+             for o in optimizations]
+    axes.bar([i + (index - (len(mappings) - 1) / 2) * width
+              for i in range(len(optimizations))],
+             [100 * mean for mean, _ in cells], width,
+             yerr=[100 * (error if error == error else 0.0)
+                   for _, error in cells],
+             capsize=3, label=mapping)
+  axes.set_xticks(range(len(optimizations)))
+  axes.set_xticklabels(optimizations, rotation=30, ha='right', fontsize=8)
+  axes.set_ylabel(f'MDAC of test {metric} (%)')
+  axes.set_title(f'{_METHOD.value} {model}: MDAC by optimisation and '
+                 'mapping (mean +- s.e. over seeds)', fontsize=9)
+  axes.legend(fontsize=8)
+  figure.tight_layout()
+  paths.append(os.path.join(folder, f'{model}_mdac.png'))
+  figure.savefig(paths[-1], dpi=120)
+  pyplot.close(figure)
+
+  figure, panels = pyplot.subplots(
+      1, len(mappings), squeeze=False,
+      figsize=(max(6.0, 4.5 * len(mappings)), 4.0), sharey=True)
+  width = 0.8 / len(_TIERS)
+  for panel, mapping in zip(panels[0], mappings):
+    for index, tier in enumerate(_TIERS):
+      cells = [_mean_error(s['mdac']['relative_change'][tier]
+                           for s in runs[(mapping, o)])
+               if (mapping, o) in runs else (float('nan'), 0.0)
+               for o in optimizations]
+      panel.bar([i + (index - 1) * width for i in range(len(optimizations))],
+                [100 * mean for mean, _ in cells], width,
+                yerr=[100 * (error if error == error else 0.0)
+                      for _, error in cells],
+                capsize=2, label=tier)
+    panel.axhline(0.0, color='black', linewidth=0.6)
+    panel.set_xticks(range(len(optimizations)))
+    panel.set_xticklabels(optimizations, rotation=30, ha='right', fontsize=8)
+    panel.set_title(mapping, fontsize=9)
+  panels[0][0].set_ylabel(f'relative change of test {metric} (%)')
+  panels[0][0].legend(fontsize=8)
+  figure.suptitle(f'{_METHOD.value} {model}: each tier\'s change against '
+                  'the paired baseline (mean +- s.e.)', fontsize=9)
+  figure.tight_layout()
+  paths.append(os.path.join(folder, f'{model}_per_tier.png'))
+  figure.savefig(paths[-1], dpi=120)
+  pyplot.close(figure)
+  return paths
+
+
 def main(argv):
   del argv
   if not _TABLE_ONLY.value:
@@ -267,6 +343,8 @@ def main(argv):
     _table(model, runs)
     if _METHOD.value == 'rf2':
       _takeaways(runs)
+    for path in _figures(model, runs):
+      print(f'figure: {path}')
 
 
 if __name__ == '__main__':
