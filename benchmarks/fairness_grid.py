@@ -263,6 +263,11 @@ def _run_all():
           f'ETA {eta / 3600:.2f} h', flush=True)
 
 
+def _title(model) -> str:
+  return (f'{_METHOD.value} {model}' if _METHOD.value == 'rf2'
+          else _METHOD.value)
+
+
 def _figures(model, runs) -> list[str]:
   """Writes Fig. 6-7 (MDAC) and Fig. 8 (per-tier change) of `model`'s
   runs; returns their paths."""
@@ -296,7 +301,7 @@ def _figures(model, runs) -> list[str]:
   axes.set_xticks(range(len(optimizations)))
   axes.set_xticklabels(optimizations, rotation=30, ha='right', fontsize=8)
   axes.set_ylabel(f'MDAC of test {metric} (%)')
-  axes.set_title(f'{_METHOD.value} {model}: MDAC by optimisation and '
+  axes.set_title(f'{_title(model)}: MDAC by optimisation and '
                  'mapping (mean +- s.e. over seeds)', fontsize=9)
   axes.legend(fontsize=8)
   figure.tight_layout()
@@ -325,7 +330,7 @@ def _figures(model, runs) -> list[str]:
     panel.set_title(mapping, fontsize=9)
   panels[0][0].set_ylabel(f'relative change of test {metric} (%)')
   panels[0][0].legend(fontsize=8)
-  figure.suptitle(f'{_METHOD.value} {model}: each tier\'s change against '
+  figure.suptitle(f'{_title(model)}: each tier\'s change against '
                   'the paired baseline (mean +- s.e.)', fontsize=9)
   figure.tight_layout()
   paths.append(os.path.join(folder, f'{model}_per_tier.png'))

@@ -44,7 +44,8 @@ from tff_fedrec.programs.flag_groups import protocols as protocol_flags
 from tff_fedrec.programs.flag_groups import rf2 as rf2_flags
 from tff_fedrec.programs.flag_groups import run as run_flags
 from tff_fedrec.programs.flag_groups import tiered as tiered_flags
-from tff_fedrec.programs.flag_groups import tier_optimization as tier_optimization_flags
+from tff_fedrec.programs.flag_groups import (
+    tier_optimization as tier_optimization_flags)
 from tff_fedrec.programs.flag_groups import tiers as tiers_flags
 from tff_fedrec.programs.flag_groups import training as training_flags
 from tff_fedrec.tasks import datasets

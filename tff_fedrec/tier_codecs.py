@@ -33,6 +33,7 @@ from collections.abc import Sequence
 import tensorflow as tf
 
 UNTOUCHED_BITS = 32
+_MESSAGE_SEED_TAG = 1 << 29
 
 
 def _uniform(delta: tf.Tensor, seed) -> tf.Tensor:
@@ -216,11 +217,13 @@ def encode_users(codecs: Sequence[UpdateCodec], deltas, tiers, seeds,
   return tf.nest.pack_sequence_as(deltas, decoded), sizes
 
 
-def fold_in_each(seeds, tag: int):
-  """int64 [U, 2]: each user's seed of `seeds` (int [U, 2]) folded with
-  `tag`, so a codec's draws never share a seed with the same user's other
-  uses of it (a reshuffle)."""
+def message_seeds(seeds):
+  """int64 [U, 2]: the seeds of U users' messages' codecs, from the users'
+  data seeds (int [U, 2]) folded with a tag, so a codec's draws never
+  share a seed with the same user's other uses of it (a reshuffle, LDP
+  noise)."""
   return tf.map_fn(
       lambda seed: tf.cast(
-          tf.random.experimental.stateless_fold_in(seed, tag), tf.int64),
+          tf.random.experimental.stateless_fold_in(seed, _MESSAGE_SEED_TAG),
+          tf.int64),
       seeds, fn_output_signature=tf.TensorSpec([2], tf.int64))

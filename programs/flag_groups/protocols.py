@@ -17,7 +17,8 @@ from absl import flags
 from tff_fedrec.algorithms import registry
 from tff_fedrec.programs.flag_groups import group
 from tff_fedrec.programs.flag_groups import run as run_flags
-from tff_fedrec.programs.flag_groups import tier_optimization as tier_optimization_flags
+from tff_fedrec.programs.flag_groups import (
+    tier_optimization as tier_optimization_flags)
 from tff_fedrec.tasks import click_through_protocol
 from tff_fedrec.tasks import client_selection
 from tff_fedrec.tasks import datasets

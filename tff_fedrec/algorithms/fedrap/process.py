@@ -49,10 +49,6 @@ from tff_fedrec.templates import finalizers
 from tff_fedrec.templates import roles
 from tff_fedrec.templates import two_phase
 
-# Folded into a user's data seed for its message's codec, so the codec
-# never shares a seed with a reshuffle.
-_UPLOAD_CODEC_TAG = 1 << 29
-
 
 def initial_client_state(score_layers, embedding_dim: int):
   """One user's client state before its first round (numpy): the template
@@ -203,7 +199,7 @@ def build_client_work(
           table, data['row_ids'], data['num_rows'], start,
           result.global_rows, result.round_row_scale)
     else:
-      seeds = tier_codecs.fold_in_each(data['seeds'], _UPLOAD_CODEC_TAG)
+      seeds = tier_codecs.message_seeds(data['seeds'])
       mean_delta, codec_metrics = encoded_group_mean_table_delta(
           upload_codecs, table, data['row_ids'], data['num_rows'], start,
           result.global_rows, result.round_row_scale, data['tier'], seeds)

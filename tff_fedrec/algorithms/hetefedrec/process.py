@@ -91,9 +91,6 @@ AGGREGATIONS = ('padded', 'clustered')
 USER_OPTIMIZERS = ('sgd', 'adam')
 UPDATE_RULES = ('server_adam', 'local_adam')
 CHANGE_AGGREGATIONS = ('sum', 'mean', 'fedavg')
-# Folded into a user's data seed for its message's codec, so the codec
-# never shares a seed with a reshuffle.
-_UPLOAD_CODEC_TAG = 1 << 29
 
 
 @dataclasses.dataclass(frozen=True)
@@ -322,7 +319,7 @@ def build_client_work(
     users = tf.shape(item_rows)[0]
     decoded, sizes = tier_codecs.encode_users(
         upload_codecs, message, tf.fill([users], data['upload_tier']),
-        tier_codecs.fold_in_each(data['seeds'], _UPLOAD_CODEC_TAG),
+        tier_codecs.message_seeds(data['seeds']),
         row_counts={'item_rows': data['num_rows']})
     summed = list(tf.nest.map_structure(
         lambda c: tf.zeros(tf.shape(c)[1:]), layer_changes))

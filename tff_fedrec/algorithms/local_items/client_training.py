@@ -64,9 +64,6 @@ from tff_fedrec.templates import roles
 from tff_fedrec.templates import two_phase
 
 UNTRAINED_ITEM_ROWS = ('round_start', 'aggregated')
-# Folded into a user's data seed for its upload's codec, so the codec never
-# shares a seed with a reshuffle.
-_UPLOAD_CODEC_TAG = 1 << 29
 
 
 @dataclasses.dataclass(frozen=True)
@@ -381,7 +378,7 @@ def encode_upload(codecs: Sequence[tier_codecs.UpdateCodec], start,
       (key, tf.nest.map_structure(lambda new, old: new - old, trained[key],
                                   start[key]))
       for key in trained)
-  seeds = tier_codecs.fold_in_each(data['seeds'], _UPLOAD_CODEC_TAG)
+  seeds = tier_codecs.message_seeds(data['seeds'])
   decoded, sizes = tier_codecs.encode_users(
       codecs, deltas, data['tier'], seeds,
       row_counts={'item_embedding': data['num_rows']})
