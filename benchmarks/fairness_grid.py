@@ -15,8 +15,14 @@ writes the figures of each model to --out_dir/figures: MDAC by
 optimisation and mapping (the paper's Fig. 6-7) and each tier's relative
 change (Fig. 8), with standard-error bars over seeds (PNG).
 
+  .venv/bin/python benchmarks/fairness_grid.py --out_dir=/tmp/rf2_grid
+
+runs RF²'s whole grid for seed 0: DLRM and DIN, round-robin and the five
+alphas, the paper's 14 optimisations and the baseline (180 runs, 3 epochs
+each); a part of it:
+
   .venv/bin/python benchmarks/fairness_grid.py --out_dir=/tmp/rf2_grid \
-      --mappings=round_robin,dirichlet:0.005 \
+      --models=dlrm --mappings=round_robin,dirichlet:0.005 \
       --optimizations='exclude_low quant:4,8,32 quants:4,8,32' \
       --seeds=0,1,2 --epochs=3
 
@@ -41,6 +47,8 @@ import time
 from absl import app
 from absl import flags
 
+from tff_fedrec import tier_optimizations
+
 _OUT_DIR = flags.DEFINE_string('out_dir', None, 'Where the runs go.')
 _METHOD = flags.DEFINE_string('method', 'rf2', 'The --method of every run.')
 _RUN_FLAGS = flags.DEFINE_string(
@@ -50,14 +58,17 @@ _RUN_FLAGS = flags.DEFINE_string(
 _DATASET = flags.DEFINE_string(
     'dataset', None, 'Data set (default: the run flags\', else ml-1m).')
 _MODELS = flags.DEFINE_list(
-    'models', ['dlrm'],
+    'models', ['dlrm', 'din'],
     'rf2: --model values (dlrm, din), each a grid of its own.')
-_MAPPINGS = flags.DEFINE_list('mappings', ['round_robin', 'dirichlet:0.005'],
-                              '--device_tiers values.')
+_MAPPINGS = flags.DEFINE_list(
+    'mappings', ['round_robin', *(f'dirichlet:{alpha}' for alpha in
+                                  ('5000', '5', '0.5', '0.05', '0.005'))],
+    '--device_tiers values (default: RF²\'s six, Sec. 5.3).')
 _OPTIMIZATIONS = flags.DEFINE_spaceseplist(
-    'optimizations', ['exclude_low'],
-    '--tier_optimization values, space-separated (they hold commas).')
-_SEEDS = flags.DEFINE_list('seeds', ['0', '1', '2'], 'Seeds.')
+    'optimizations', list(tier_optimizations.PAPER_CONFIGURATIONS),
+    '--tier_optimization values, space-separated (they hold commas; '
+    'default: RF²\'s 14).')
+_SEEDS = flags.DEFINE_list('seeds', ['0'], 'Seeds.')
 _EPOCHS = flags.DEFINE_integer(
     'epochs', 3, 'Global epochs of every run (0: the run flags\' rounds).')
 _ROUNDS = flags.DEFINE_integer(
