@@ -33,6 +33,8 @@ from tff_fedrec.programs import training_program
 from tff_fedrec.programs.flag_groups import data as data_flags
 from tff_fedrec.programs.flag_groups import group
 from tff_fedrec.programs.flag_groups import run as run_flags
+from tff_fedrec.programs.flag_groups import (
+    tier_optimization as tier_optimization_flags)
 from tff_fedrec.tasks import datasets
 from tff_fedrec.tasks import errors
 from tff_fedrec.tasks import floors
@@ -44,14 +46,16 @@ PROTOCOL = flags.DEFINE_enum(
     'PFedRec\'s) or random_split (Recall@20 by full ranking, '
     'HeteFedRec\'s).')
 
-# The training program's groups an audit reads.
-_GROUPS = ('data', 'tiers', 'tier_optimization')
+# The training program's groups an audit reads whose checks need no
+# method; of --tier_optimization only the client selection applies.
+_GROUPS = ('data', 'tiers')
 
 
 def audit() -> dict:
   """The floors of the flags' data and protocol (`floors.floors`)."""
   for name in (*_GROUPS, PROTOCOL.value):
-    training_program.GROUPS[name].check(registry.get('pfedrec'))
+    training_program.GROUPS[name].check(None)
+  tier_optimization_flags.optimization()
   group.require_positive(run_flags.ROUNDS)
   data_config = data_flags.data_config(run_flags.SEED.value)
   interactions = datasets.load_interactions(data_config)
