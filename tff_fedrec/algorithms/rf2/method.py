@@ -86,11 +86,9 @@ class RF2Method(method_lib.Method):
            'upload_bytes': float(np.sum(measured['bytes_per_tier'])),
            'download_bytes': float(4 * self._num_parameters
                                    * round_input.users.size)}
-    for name, sent, users in zip(self._tier_names,
-                                 measured['bytes_per_tier'],
-                                 measured['users_per_tier']):
-      if users:
-        row[f'upload_bytes_per_client_{name}'] = float(sent / users)
+    row.update(method_lib.tier_upload_figures(
+        {'tier_upload_bytes': measured['bytes_per_tier'],
+         'tier_users': measured['users_per_tier']}, self._tier_names))
     return method_lib.RoundResult(state, row)
 
   def score(self, server_state, store, examples) -> np.ndarray:
