@@ -28,7 +28,7 @@ from tff_fedrec.programs.flag_groups import group
 NOT_COMPARED = frozenset({
     'tier_optimization', 'paired_baseline', 'root_dir', 'checkpoint_every',
     'users_per_tff_client', 'cohort_size', 'cohort_state_mb',
-    'max_worker_restarts', 'executor', 'workers', 'worker_timeout_seconds',
+    'client_store', 'max_worker_restarts', 'executor', 'workers', 'worker_timeout_seconds',
     'allow_insecure_remote',
 })
 

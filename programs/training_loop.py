@@ -62,6 +62,10 @@ class LoopConfig:
     cohort_state_bytes: None, or fewer users than `cohort_size` train at
       once when their client state would pass this many bytes
       (`cohorts.bounded_cohort_size`, from the store's mean at each round).
+    client_store: 'memory' (every checkpoint writes the whole store) or
+      'disk' (the users' arrays in an SQLite database in the checkpoints
+      folder, whose commit is the store's part of a checkpoint:
+      `client_state_store.ClientStateStore.keep_on_disk`).
   """
 
   rounds: int
@@ -70,8 +74,12 @@ class LoopConfig:
   users_per_client: int = 1
   cohort_size: Optional[int] = None
   cohort_state_bytes: Optional[int] = None
+  client_store: str = 'memory'
 
   def __post_init__(self):
+    if self.client_store not in CLIENT_STORES:
+      raise ValueError(f'client_store must be one of {CLIENT_STORES}; got '
+                       f'{self.client_store!r}.')
     for name in ('rounds', 'eval_every', 'checkpoint_every',
                  'users_per_client', 'cohort_size', 'cohort_state_bytes'):
       value = getattr(self, name)
@@ -175,6 +183,13 @@ def run_peak_rss_mb(root_dir: str, worker_pid: Optional[int]) -> float:
   return peak
 
 
+# Where a run keeps its users' client state: `LoopConfig.client_store`.
+CLIENT_STORES = ('memory', 'disk')
+# The database of a run with client_store='disk', in its checkpoints folder.
+CLIENT_STATES_FILE = 'client_states.sqlite'
+CHECKPOINTS_DIR = 'checkpoints'
+
+
 def checkpoint_manager(
     root_dir: str,
 ) -> numpy_program_state.NumpyProgramStateManager:
@@ -182,7 +197,7 @@ def checkpoint_manager(
   (.npy files: TFF's SavedModel manager keeps a copy of large client state
   resident, see `numpy_program_state`)."""
   return numpy_program_state.NumpyProgramStateManager(
-      os.path.join(root_dir, 'checkpoints'), keep_total=2
+      os.path.join(root_dir, CHECKPOINTS_DIR), keep_total=2
   )
 
 
@@ -264,14 +279,51 @@ class TrainingRun:
         history=json.dumps(self.history),
     )
 
+  def _client_states_path(self) -> str:
+    return os.path.join(self._root_dir, CHECKPOINTS_DIR, CLIENT_STATES_FILE)
+
+  def _restore_from_disk(self):
+    """(the program state of the round the store's database last committed,
+    its version), or (None, 0) for a new run, with the store on disk.
+
+    A checkpoint on disk is two writes: the program state's files (version
+    r), then the database's commit of round r. A kill between them leaves
+    version r without its commit: the run resumes from the round the
+    database holds, whose files the manager still keeps (the last two)."""
+    path = self._client_states_path()
+    versions = asyncio.run(self._state_manager.get_versions())
+    if not os.path.exists(path):
+      if versions:
+        raise ValueError(
+            f'{self._root_dir} holds checkpoints but not the database of its '
+            f'client states, {path}: without it they cannot resume. Restore '
+            'the file, or start the run again in a new --root_dir.')
+      os.makedirs(os.path.dirname(path), exist_ok=True)
+      self.store.keep_on_disk(path, resume=False)
+      return None, 0
+    committed = self.store.keep_on_disk(path, resume=bool(versions))
+    if not versions or not committed:
+      return None, 0
+    if committed not in versions:
+      raise ValueError(
+          f'The client states in {path} are those after round {committed}, '
+          f'but {self._root_dir}/{CHECKPOINTS_DIR} holds the program state of '
+          f'rounds {versions} only: the run cannot resume. Start it again in '
+          'a new --root_dir.')
+    return asyncio.run(self._state_manager.load(
+        committed, self._program_state())), committed
+
   def restore_or_initialize(self) -> None:
     """Resumes from the latest checkpoint in root_dir, or starts fresh."""
     self.server_state = self.method.process.initialize()
-    state, version = asyncio.run(
-        self._state_manager.load_latest(self._program_state())
-    )
-    for problem in self._state_manager.passed_over:
-      self._log(f'{problem} Passed over for the checkpoint before it.')
+    if self._config.client_store == 'disk':
+      state, version = self._restore_from_disk()
+    else:
+      state, version = asyncio.run(
+          self._state_manager.load_latest(self._program_state())
+      )
+      for problem in self._state_manager.passed_over:
+        self._log(f'{problem} Passed over for the checkpoint before it.')
     if state is None:
       return
     self.next_round = self.saved_round = int(state['next_round'])
@@ -356,13 +408,18 @@ class TrainingRun:
     rounds = range(self.next_round, self._config.rounds)
     # Planned here, so the thread drawing the inputs only reads the plan.
     self._plan_last_rounds(self.next_round)
-    with contextlib.closing(one_ahead.one_ahead(
-        (self.round_input(r) for r in rounds),
-        thread_name='round-input')) as inputs:
-      for round_num in rounds:
-        started = time.perf_counter()
-        self._train_round(round_num, next(inputs), started)
-    return self.write_summary()
+    try:
+      with contextlib.closing(one_ahead.one_ahead(
+          (self.round_input(r) for r in rounds),
+          thread_name='round-input')) as inputs:
+        for round_num in rounds:
+          started = time.perf_counter()
+          self._train_round(round_num, next(inputs), started)
+      return self.write_summary()
+    finally:
+      # On disk, what the last checkpoint did not commit is dropped: a run
+      # made again (a restarted worker) resumes from it.
+      self.store.close()
 
   def _train_round(self, round_num: int, round_input, started) -> None:
     """One round, its release and (when due) its checkpoint."""
@@ -377,6 +434,8 @@ class TrainingRun:
       ):
         asyncio.run(self._state_manager.save(self._program_state(),
                                              self.next_round))
+        # After the files: a database ahead of them could not resume.
+        self.store.commit(self.next_round)
         self.saved_round = self.next_round
         run_peak_rss_mb(self._root_dir, self._worker_pid)
       self._log(self._progress_line(row))

@@ -185,7 +185,7 @@ def check_flags() -> registry.MethodEntry:
 _NOT_FLOOR_FLAGS = frozenset({
     'method', 'root_dir', 'eval_every', 'checkpoint_every',
     'users_per_tff_client', 'cohort_size', 'cohort_state_mb',
-    'max_worker_restarts', 'paired_baseline'})
+    'client_store', 'max_worker_restarts', 'paired_baseline'})
 
 
 def floor_key(fingerprint: dict) -> dict:
@@ -246,6 +246,7 @@ def prepare_run(*, log: Callable[[str], None] = print,
       users_per_client=run_flags.USERS_PER_TFF_CLIENT.value,
       cohort_size=run_flags.COHORT_SIZE.value,
       cohort_state_bytes=int(run_flags.COHORT_STATE_MB.value * 2**20) or None,
+      client_store=run_flags.CLIENT_STORE.value,
   )
   summary_fields = {
       'floors': protocol_floors.cached_floors(

@@ -35,28 +35,56 @@ _TIE_NOISE = 1e-3
 _METRIC_NAMES = {'hr@10': 'HR@10', 'recall@20': 'Recall@20'}
 
 
-def memorizer_scores(protocol, rounds: int, seed: int = 0) -> np.ndarray:
-  """float32 [U, I]: the memorizer's scores after `rounds` rounds of the
-  protocol's own draws (`Protocol.round_input`: its users, positives and
-  sampled negatives). They start at uniform noise in [0, 1e-3), far below
-  one step (0.5 at 0), so items it never saw tie at random, not by index
-  (a full ranking's tie-break, which would hand it the order of the item
+# The memorizer's scores are dense, [users, items]: past this many of
+# them (512 MB of float32) it remembers a seeded sample of the users (each
+# user's memorizer is its own, so their mean is an unbiased estimate of
+# every user's): a million users of 1,000 items would need 4 GB.
+MEMORIZER_MAX_SCORES = 1 << 27
+_SAMPLE_SEED = 20261203
+
+
+def memorizer_users(num_users: int, num_items: int) -> np.ndarray:
+  """int64 [S], ascending: the users the memorizer remembers, every user
+  while `num_users x num_items` is at most `MEMORIZER_MAX_SCORES`, else a
+  seeded sample of as many as fit."""
+  if num_users * num_items <= MEMORIZER_MAX_SCORES:
+    return np.arange(num_users, dtype=np.int64)
+  count = max(1, MEMORIZER_MAX_SCORES // num_items)
+  return np.sort(np.random.default_rng(_SAMPLE_SEED).choice(
+      num_users, count, replace=False)).astype(np.int64)
+
+
+def memorizer_scores(protocol, rounds: int, seed: int = 0,
+                     users: np.ndarray = None) -> np.ndarray:
+  """float32 [S, I]: the memorizer's scores of `users` (int [S],
+  ascending; None: every user) after `rounds` rounds of the protocol's
+  own draws (`Protocol.round_input`: its users, positives and sampled
+  negatives). They start at uniform noise in [0, 1e-3), far below one
+  step (0.5 at 0), so items it never saw tie at random, not by index (a
+  full ranking's tie-break, which would hand it the order of the item
   ids)."""
   data = protocol.data
+  if users is None:
+    users = np.arange(data.num_users, dtype=np.int64)
+  row_of = np.full([data.num_users], -1, np.int64)
+  row_of[users] = np.arange(users.size)
   scores = np.random.default_rng(seed).uniform(
-      0.0, _TIE_NOISE, [data.num_users, data.num_items]).astype(np.float32)
+      0.0, _TIE_NOISE, [users.size, data.num_items]).astype(np.float32)
   for round_num in range(rounds):
     round_input = protocol.round_input(round_num)
-    users = np.repeat(np.asarray(round_input.users),
-                      [len(d['items']) for d in round_input.user_data])
-    if not users.size:
+    rows = np.repeat(row_of[np.asarray(round_input.users, np.int64)],
+                     [len(d['items']) for d in round_input.user_data])
+    if not rows.size:
       continue
     items = np.concatenate([d['items'] for d in round_input.user_data])
     labels = np.concatenate([d['labels'] for d in round_input.user_data])
+    remembered = rows >= 0
+    rows, items, labels = rows[remembered], items[remembered], labels[
+        remembered]
     # One full-batch gradient step of each user's BCE from the round's
     # scores: d/ds of -[y log p + (1 - y) log (1 - p)] is p - y.
-    gradient = 1.0 / (1.0 + np.exp(-scores[users, items])) - labels
-    np.add.at(scores, (users, items), -_STEP * gradient)
+    gradient = 1.0 / (1.0 + np.exp(-scores[rows, items])) - labels
+    np.add.at(scores, (rows, items), -_STEP * gradient)
   return scores
 
 
@@ -69,20 +97,26 @@ def popularity_scores(data) -> np.ndarray:
 def floors(protocol, rounds: int) -> dict:
   """{'metric', 'rounds', 'memorizer', 'popularity', 'chance'}: the test
   figures of each floor under the protocol (its `test_metrics`, every
-  user) and the metric the warnings read."""
+  user; the memorizer's over `memorizer_users`, whose count is
+  'memorizer_users' when it is a sample) and the metric the warnings
+  read."""
   data = protocol.data
-  users = np.arange(data.num_users)
-  memorized = memorizer_scores(protocol, rounds)
+  remembered = memorizer_users(data.num_users, data.num_items)
+  memorized = memorizer_scores(protocol, rounds, users=remembered)
   popularity = popularity_scores(data)
-  return {
+  result = {
       'metric': protocol.fairness_metric,
       'rounds': rounds,
       'memorizer': protocol.test_metrics(
-          users, lambda position, items: memorized[position, items]),
+          remembered, lambda position, items: memorized[position, items]),
       'popularity': protocol.test_metrics(
-          users, lambda position, items: popularity[items]),
+          np.arange(data.num_users),
+          lambda position, items: popularity[items]),
       'chance': protocol.chance(),
   }
+  if remembered.size < data.num_users:
+    result['memorizer_users'] = int(remembered.size)
+  return result
 
 
 def warnings(result: dict) -> list[str]:

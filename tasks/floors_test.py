@@ -91,3 +91,25 @@ def test_random_split_chance_is_k_over_each_users_unranked_items():
   assert set(result) == {'metric', 'rounds', 'memorizer', 'popularity',
                          'chance'}
   assert result['metric'] == 'recall@20'
+
+
+def test_a_memorizer_over_a_sample_remembers_those_users_as_over_all(
+    monkeypatch):
+  protocol = _leave_one_out('never_interacted')
+  every_user = floors.memorizer_scores(protocol, rounds=3)
+  # The noise rows are drawn in user order, so the first 10 users' scores
+  # are those of the memorizer over every user, to the bit: a sample
+  # changes whom it remembers, not what.
+  np.testing.assert_array_equal(
+      floors.memorizer_scores(protocol, rounds=3, users=np.arange(10)),
+      every_user[:10])
+  # Past the bound it remembers as many users as fit, a seeded sample.
+  items = protocol.data.num_items
+  monkeypatch.setattr(floors, 'MEMORIZER_MAX_SCORES', items * 12)
+  sample = floors.memorizer_users(40, items)
+  assert sample.size == 12 and np.all(np.diff(sample) > 0)
+  np.testing.assert_array_equal(sample, floors.memorizer_users(40, items))
+  result = floors.floors(protocol, rounds=30)
+  assert result['memorizer_users'] == 12
+  # The planted leak shows on the sample as on every user.
+  assert result['memorizer']['hr@10'] == 1.0

@@ -287,6 +287,36 @@ def test_killed_run_resumes_to_the_same_result_as_an_uninterrupted_run(
   _assert_same_results(uninterrupted_run, resumed_dir)
 
 
+@_SHARES_UNINTERRUPTED_RUN
+def test_a_run_on_disk_killed_at_random_moments_ends_as_if_uninterrupted(
+    tmp_path, uninterrupted_run
+):
+  # The client states in an SQLite database (--client_store=disk), whose
+  # commit follows each checkpoint's files: kills at random moments after
+  # a first checkpoint, then a resume, give the uninterrupted run's
+  # results (which kept its states in memory).
+  on_disk = [*_RESUME_ARGS, '--client_store=disk', '--cohort_size=32',
+             '--checkpoint_every=1']
+  root_dir = str(tmp_path / 'on_disk')
+  rng = np.random.default_rng(7)
+  for version in (1, 2):
+    tag = uuid.uuid4().hex
+    process = _start_and_wait_for_checkpoint(on_disk, root_dir, tag,
+                                             version=version)
+    time.sleep(float(rng.uniform(0.0, 1.0)))
+    process.send_signal(signal.SIGKILL)
+    process.communicate()
+    deadline = time.monotonic() + 30
+    while _processes_with_tag(tag):
+      assert time.monotonic() < deadline, 'the TFF worker outlived its run'
+      time.sleep(0.05)
+  resumed = _train([*on_disk, f'--root_dir={root_dir}'])
+  assert 'Resumed from checkpoint' in resumed
+  _assert_same_results(uninterrupted_run, root_dir)
+  assert os.path.isfile(os.path.join(root_dir, 'checkpoints',
+                                     'client_states.sqlite'))
+
+
 @pytest.mark.parametrize(
     'args, message',
     [

@@ -16,8 +16,12 @@ A user's state has two parts:
   user to user (e.g. the rows of a table a user trained), each user's
   [T_u, ...] kept on its own.
 
-`to_arrays` / `load_arrays` pack everything into flat numpy arrays (CSR
-offsets and values for each ragged field) for checkpointing.
+The arrays live in memory (`client_records.MemoryRecords`, the default:
+`to_arrays` / `load_arrays` pack everything into flat numpy arrays, CSR
+offsets and values for each ragged field, which a checkpoint writes) or,
+after `keep_on_disk`, in an SQLite database
+(`client_records.SqliteRecords`: a checkpoint is `commit`, which writes
+only what changed since the last one).
 
 Example (two users, one 2-wide user embedding each):
   >>> store = ClientStateStore(2, {'user': np.zeros([2], np.float32)})
@@ -33,7 +37,7 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
-from tff_fedrec import csr
+from tff_fedrec import client_records
 
 
 class ClientStateStore:
@@ -43,24 +47,30 @@ class ClientStateStore:
     num_users: U.
     initial_state: One user's stacked state, a nest of arrays (one
       partition holding every user).
-    ragged: {name: one user's initial array [T, ...]} of the ragged
+    ragged: {name: one user's initial array [T, ...] of the ragged
       fields (T may be 0); every user starts with that array.
   """
 
   def __init__(self, num_users: int, initial_state,
                ragged: Optional[Mapping[str, np.ndarray]] = None):
-    # np.repeat makes arrays of the store's own: no second copy of them.
+    # Read-only broadcasts: a user's own copy is made when a leaf is first
+    # written (in memory) or never (on disk, where a user without a row
+    # holds the initial state), so an untouched store costs nothing per
+    # user.
     self._init(
         num_users,
         [(np.arange(num_users),
           tf.nest.map_structure(
-              lambda leaf: np.repeat(np.asarray(leaf)[None], num_users,
-                                     axis=0),
+              lambda leaf: np.broadcast_to(
+                  np.asarray(leaf)[None],
+                  (num_users, *np.shape(leaf))),
               initial_state,
           ))],
         ragged,
         copy=False,
     )
+    self._initial_leaves = [
+        [np.asarray(leaf) for leaf in tf.nest.flatten(initial_state)]]
 
   @classmethod
   def from_partitions(
@@ -75,20 +85,23 @@ class ClientStateStore:
     `ragged` as in the constructor."""
     store = cls.__new__(cls)
     store._init(num_users, partitions, ragged, copy=True)
+    store._initial_leaves = [None] * len(partitions)
     return store
 
   def _init(self, num_users, partitions, ragged, *, copy):
     self._num_users = num_users
     self._partition_of = np.full([num_users], -1, np.int64)
     self._position = np.zeros([num_users], np.int64)
-    self._structures, self._leaves = [], []
+    self._structures, leaves_per_partition = [], []
+    self._partition_users = []
     for index, (users, local) in enumerate(partitions):
       users = np.asarray(users, np.int64)
       if np.any(self._partition_of[users] >= 0):
         raise ValueError('A user lies in two partitions.')
       self._partition_of[users] = index
       self._position[users] = np.arange(users.size)
-      leaves = [np.array(leaf, copy=copy)
+      self._partition_users.append(users)
+      leaves = [np.array(leaf, copy=copy) if copy else np.asarray(leaf)
                 for leaf in tf.nest.flatten(local)]
       if any(leaf.shape[:1] != (users.size,) for leaf in leaves):
         raise ValueError(
@@ -97,13 +110,61 @@ class ClientStateStore:
         )
       # The nest's structure only: its arrays would be a second store.
       self._structures.append(tf.nest.map_structure(lambda _: 0, local))
-      self._leaves.append(leaves)
+      leaves_per_partition.append(leaves)
     if np.any(self._partition_of < 0):
       raise ValueError('Every user must lie in a partition.')
-    self._ragged = collections.OrderedDict(
-        (name, [np.asarray(initial)] * num_users)
-        for name, initial in (ragged or {}).items()
+    self._ragged_initial = collections.OrderedDict(
+        (name, np.asarray(initial)) for name, initial in (ragged or {}).items()
     )
+    self._records = client_records.MemoryRecords(
+        leaves_per_partition,
+        collections.OrderedDict(
+            (name, [initial] * num_users)
+            for name, initial in self._ragged_initial.items()),
+    )
+
+  def keep_on_disk(self, path: str, *, resume: bool) -> int:
+    """Moves the store into an SQLite database at `path`
+    (`client_records.SqliteRecords`), before any round: a new one holding
+    the store's state as it is (`resume=False`), or the one an earlier
+    process of the run left there (`resume=True`), at its last commit.
+    From then on `commit` is the store's checkpoint and `to_arrays` holds
+    only what a subclass keeps beside the users' arrays.
+
+    Returns:
+      The round the database's state completes (0 for a new one).
+    """
+    layouts = [client_records._layout(leaves)  # pylint: disable=protected-access
+               for leaves in self._records._leaves]  # pylint: disable=protected-access
+    arguments = (path, self._partition_of, self._initial_leaves, layouts,
+                 self._ragged_initial)
+    if resume:
+      self._records = client_records.SqliteRecords.open(*arguments)
+    else:
+      rows = [
+          (index, self._partition_users[index], leaves)
+          for index, leaves in enumerate(self._records._leaves)  # pylint: disable=protected-access
+          if self._initial_leaves[index] is None]
+      self._records = client_records.SqliteRecords.create(*arguments,
+                                                          rows=rows)
+    return self._records.committed_round()
+
+  @property
+  def on_disk(self) -> bool:
+    return isinstance(self._records, client_records.SqliteRecords)
+
+  def commit(self, round_num: int) -> None:
+    """On disk: makes the state durable as that after `round_num` rounds
+    (`keep_on_disk`); in memory: nothing (a checkpoint writes
+    `to_arrays`)."""
+    if self.on_disk:
+      self._records.commit(round_num)
+
+  def close(self) -> None:
+    """Closes the database of a store on disk (uncommitted writes are
+    lost); nothing in memory."""
+    if self.on_disk:
+      self._records.close()
 
   @property
   def num_users(self) -> int:
@@ -111,7 +172,7 @@ class ClientStateStore:
 
   @property
   def ragged_fields(self) -> tuple[str, ...]:
-    return tuple(self._ragged)
+    return tuple(self._ragged_initial)
 
   def _partition(self, users) -> tuple[int, np.ndarray]:
     """(the partition of `users`, their positions in it)."""
@@ -132,57 +193,60 @@ class ClientStateStore:
     return [
         tf.nest.pack_sequence_as(
             self._structures[partition],
-            [leaf[position] for leaf in self._leaves[partition]],
+            self._records.stacked_one(partition, user, position),
         )
-        for partition, position in zip(
-            self._partition_of[users], self._position[users]
+        for user, partition, position in zip(
+            users.tolist(), self._partition_of[users], self._position[users]
         )
     ]
 
   def stacked_local_parameters(self, users: np.ndarray):
     """The stacked state of `users` (all of one partition) with a leading
     user dimension [U, ...]."""
+    users = np.asarray(users, np.int64)
     partition, positions = self._partition(users)
     return tf.nest.pack_sequence_as(
         self._structures[partition],
-        [leaf[positions] for leaf in self._leaves[partition]],
+        self._records.stacked(partition, users, positions),
     )
 
   def put_local_parameters(self, users: np.ndarray, stacked) -> None:
     """Sets the stacked state of `users` (all of one partition) from
     arrays with a leading user dimension (the inverse of
     `stacked_local_parameters`)."""
+    users = np.asarray(users, np.int64)
     partition, positions = self._partition(users)
-    for leaf_store, leaf in zip(
-        self._leaves[partition], tf.nest.flatten(stacked)
-    ):
-      leaf_store[positions] = np.asarray(leaf)
+    self._records.put_stacked(
+        partition, users, positions,
+        [np.asarray(leaf) for leaf in tf.nest.flatten(stacked)])
 
   def put_user_states(self, users: Sequence[int], states: Sequence) -> None:
     """Sets the stacked state of each of `users` from its own nest (no
     leading dimension; the users may lie in several partitions)."""
     users = np.asarray(users, np.int64)
-    for partition, position, state in zip(
-        self._partition_of[users], self._position[users], states,
-        strict=True,
-    ):
-      for leaf_store, leaf in zip(
-          self._leaves[partition], tf.nest.flatten(state)
-      ):
-        leaf_store[position] = leaf
+    if len(states) != users.size:
+      raise ValueError(f'{users.size} users, {len(states)} states.')
+    partitions = self._partition_of[users]
+    for partition in np.unique(partitions).tolist():
+      mine = np.flatnonzero(partitions == partition)
+      leaves = [np.stack(column) for column in zip(
+          *(tf.nest.flatten(states[i]) for i in mine.tolist()))]
+      self._records.put_stacked(partition, users[mine],
+                                self._position[users[mine]], leaves)
 
   def ragged(self, name: str, users: Sequence[int]) -> list[np.ndarray]:
     """Each of `users`' array of ragged field `name`, in order."""
-    field = self._ragged[name]
-    return [field[user] for user in np.asarray(users, np.int64)]
+    return self._records.ragged(name, np.asarray(users, np.int64))
 
   def put_ragged(self, name: str, users: Sequence[int],
                  values: Sequence[np.ndarray]) -> None:
     """Sets each of `users`' array of ragged field `name`."""
-    field = self._ragged[name]
-    dtype = field[0].dtype if field else None
-    for user, value in zip(np.asarray(users, np.int64), values, strict=True):
-      field[user] = np.asarray(value, dtype)
+    users = np.asarray(users, np.int64)
+    if len(values) != users.size:
+      raise ValueError(f'{users.size} users, {len(values)} values.')
+    dtype = self._ragged_initial[name].dtype
+    self._records.put_ragged(name, users,
+                             [np.asarray(value, dtype) for value in values])
 
   def put_group(self, users: np.ndarray, group_state, group_data) -> None:
     """Stores the new state a round's group of `users` returned, given the
@@ -193,17 +257,17 @@ class ClientStateStore:
     self.put_local_parameters(users, group_state)
 
   def bytes_per_user(self) -> float:
-    """Mean bytes of client state held per user."""
-    total = sum(leaf.nbytes for leaves in self._leaves for leaf in leaves)
-    total += sum(value.nbytes for field in self._ragged.values()
-                 for value in field)
-    return total / self._num_users
+    """Mean bytes of client state held per user (kept up to date as the
+    store changes: no pass over every user)."""
+    return self._records.nbytes() / self._num_users
 
   def to_arrays(self, *, copy: bool = True) -> collections.OrderedDict:
     """Flat arrays holding the whole store (for checkpoints): the stacked
     leaves, and per ragged field CSR `offsets` [U + 1] and `values` as a
     `csr.ValuesInPieces` (the users' arrays, not a concatenated copy of
     them: `np.asarray` builds it, a checkpoint writes it piece by piece).
+    On disk (`keep_on_disk`) no leaves and no fields: the database is its
+    own checkpoint.
 
     Args:
       copy: False gives the store's own stacked leaves, not copies: for a
@@ -212,46 +276,8 @@ class ClientStateStore:
         ragged values are a snapshot either way (a put replaces a user's
         array, never changes it).
     """
-    ragged = collections.OrderedDict()
-    for name, field in self._ragged.items():
-      counts = np.array([len(value) for value in field], np.int64)
-      ragged[name] = collections.OrderedDict(
-          offsets=np.concatenate([[0], np.cumsum(counts)]),
-          values=csr.ValuesInPieces(field),
-      )
-    return collections.OrderedDict(
-        local_leaves=[leaf.copy() if copy else leaf
-                      for leaves in self._leaves for leaf in leaves],
-        ragged=ragged,
-    )
+    return self._records.to_arrays(copy=copy)
 
   def load_arrays(self, arrays) -> None:
     """Restores the store from `to_arrays` output."""
-    leaves = [np.asarray(leaf) for leaf in arrays['local_leaves']]
-    expected = [(leaf.shape, leaf.dtype)
-                for partition in self._leaves for leaf in partition]
-    found = [(leaf.shape, leaf.dtype) for leaf in leaves]
-    if found != expected:
-      raise ValueError(
-          'Checkpointed client states do not match this model: local '
-          f'state shapes and types {found} vs {expected}.'
-      )
-    # Into the store's own arrays: a copy beside them would double the
-    # store's memory while the checkpoint loads.
-    for partition in self._leaves:
-      for leaf in partition:
-        np.copyto(leaf, leaves.pop(0), casting='no')
-    for name, field in self._ragged.items():
-      offsets = np.asarray(arrays['ragged'][name]['offsets'])
-      values = np.asarray(arrays['ragged'][name]['values'], field[0].dtype)
-      if offsets.shape != (self._num_users + 1,) or (
-          values.shape[1:] != field[0].shape[1:]):
-        raise ValueError(
-            f'Checkpointed client states do not match this model: {name} '
-            f'of {offsets.size - 1} users, rows {values.shape[1:]} (expected '
-            f'{self._num_users} users, rows {field[0].shape[1:]}).'
-        )
-      self._ragged[name] = [
-          values[offsets[u] : offsets[u + 1]].copy()
-          for u in range(self._num_users)
-      ]
+    self._records.load_arrays(arrays, self._num_users)

@@ -134,6 +134,12 @@ def test_the_store_holds_one_copy_of_its_state_and_loads_into_it():
   try:
     store = client_state_store.ClientStateStore(
         100, {'table': np.zeros([1000, 8], np.float32)})
+    held, _ = tracemalloc.get_traced_memory()
+    # Untouched, every user reads the one initial state ...
+    assert held < 0.1 * size
+    # ... and the first write makes the store's own copy, one.
+    store.put_local_parameters(np.array([3]),
+                               {'table': np.zeros([1, 1000, 8], np.float32)})
     held, peak = tracemalloc.get_traced_memory()
     assert size <= held < 1.2 * size and peak < 1.2 * size
     arrays = store.to_arrays()

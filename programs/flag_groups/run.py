@@ -68,6 +68,15 @@ EVAL_EVERY = flags.DEFINE_integer(
 CHECKPOINT_EVERY = flags.DEFINE_integer(
     'checkpoint_every', 1, 'Checkpoint every N rounds.'
 )
+CLIENT_STORE = flags.DEFINE_enum(
+    'client_store', 'memory', ['memory', 'disk'],
+    'Where the users\' client state lives between rounds: memory (fastest '
+    'for small data; every checkpoint writes all of it), or disk: an SQLite '
+    'database in <root_dir>/checkpoints whose commit at each checkpoint '
+    'writes only the users that changed, so memory and checkpoints follow '
+    'the clients per round, not the users (a million users: '
+    'docs/results/scale.md).',
+)
 MAX_WORKER_RESTARTS = flags.DEFINE_integer(
     'max_worker_restarts', 3,
     'If the TFF worker dies, restart it and resume from the last checkpoint '
@@ -151,7 +160,8 @@ GROUPS = (
         'run', 'the run',
         (METHOD, ROUNDS, EPOCHS, CLIENTS_PER_ROUND, CLIENT_FRACTION,
          USERS_PER_TFF_CLIENT, COHORT_SIZE, COHORT_STATE_MB, NEGATIVES, SEED,
-         ROOT_DIR, EVAL_EVERY, CHECKPOINT_EVERY, MAX_WORKER_RESTARTS),
+         ROOT_DIR, EVAL_EVERY, CHECKPOINT_EVERY, CLIENT_STORE,
+         MAX_WORKER_RESTARTS),
         check=_check,
     ),
 )
