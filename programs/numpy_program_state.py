@@ -46,20 +46,24 @@ _PREFIX = 'program_state_'
 class UnreadableCheckpointError(ValueError):
   """A checkpoint's files do not read back as this run's state."""
 
-# 5: the store marks whose personal rows are whole (a user keeps only
+# 6: the store's per-user bookkeeping is columns of its own, and a store
+# on disk (--client_store=disk) keeps its users' arrays in a database
+# beside the checkpoints; 5: the store marks whose personal rows are whole (a user keeps only
 # the rows it is scored by between its rounds); 4: the generic
 # client-state store (stacked local state, ragged fields by name) and
 # aggregates keyed by parameter name; 3: the client-state
 # store keeps start tables (PFedRec's evaluation of untrained rows); 2: the
 # one-program layout (composed processes, one training loop); 1 (no
 # format.json).
-FORMAT = 5
+FORMAT = 6
 # The last commit that wrote each earlier format, and what it was.
 _EARLIER_FORMATS = {
     1: ('19023d5', 'before processes were composed from roles'),
     2: ('7e1d56f', 'before the store kept the tables users started from'),
     3: ('4e13096', 'before the client-state store was generic'),
     4: ('cc6b66b', 'before the store marked whose personal rows are whole'),
+    5: ('ce37e9b', 'before the client-state store kept columns and went on '
+        'disk'),
 }
 _FORMAT_FILE = 'format.json'
 

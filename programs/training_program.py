@@ -50,6 +50,7 @@ from tff_fedrec.programs.flag_groups import tiers as tiers_flags
 from tff_fedrec.programs.flag_groups import training as training_flags
 from tff_fedrec.tasks import datasets
 from tff_fedrec.tasks import errors
+from tff_fedrec.tasks import split_cache
 from tff_fedrec.tasks import floors
 
 FlagError = group.FlagError
@@ -88,12 +89,39 @@ def _load_data(entry: registry.MethodEntry, data_config: datasets.DataConfig,
                root_dir: str):
   """The split the run trains on, and the fingerprint of the interactions
   it was made from (`datasets.fingerprint`), checked against the run's in
-  `root_dir` before the split (whose errors a changed file can cause)."""
-  interactions = datasets.load_interactions(data_config)
-  fingerprint = datasets.fingerprint(interactions)
-  run_directory.check_data(root_dir, fingerprint, datasets.source(data_config))
-  data = protocol_flags.PROTOCOLS[entry.protocol].split(
-      data_config, interactions)
+  `root_dir` before the split (whose errors a changed file can cause).
+  Splits of at least `split_cache.CACHED_FROM_USERS` users are made once
+  and memory-mapped from the cache afterwards (`tasks.split_cache`)."""
+  protocol = protocol_flags.PROTOCOLS[entry.protocol]
+  settings = {'protocol': entry.protocol, **protocol.split_settings(),
+              **dataclasses.asdict(data_config)}
+  del settings['cache_dir']
+
+  def load_and_split(interactions=None, fingerprint=None):
+    if interactions is None:
+      interactions = datasets.load_interactions(data_config)
+      fingerprint = datasets.fingerprint(interactions)
+    run_directory.check_data(root_dir, fingerprint,
+                             datasets.source(data_config))
+    return protocol.split(data_config, interactions), fingerprint
+
+  if (data_config.dataset == 'synthetic'
+      and data_config.synthetic_users >= split_cache.CACHED_FROM_USERS):
+    # Known before generating: a million users take minutes to make.
+    data, fingerprint = split_cache.cached_split(
+        settings, load_and_split, data_config.cache_dir)
+    run_directory.check_data(root_dir, fingerprint,
+                             datasets.source(data_config))
+  else:
+    interactions = datasets.load_interactions(data_config)
+    fingerprint = datasets.fingerprint(interactions)
+    if fingerprint['users'] >= split_cache.CACHED_FROM_USERS:
+      data, _ = split_cache.cached_split(
+          {**settings, 'fingerprint': fingerprint},
+          lambda: load_and_split(interactions, fingerprint),
+          data_config.cache_dir)
+    else:
+      data, _ = load_and_split(interactions, fingerprint)
   if not data.num_users:
     raise FlagError(
         f'--min_interactions={data_flags.MIN_INTERACTIONS.value} drops every '

@@ -36,6 +36,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from tff_fedrec import csr
 from tff_fedrec import metrics
 from tff_fedrec import tiers
 from tff_fedrec.algorithms import method as method_lib
@@ -44,6 +45,9 @@ from tff_fedrec.tasks import preprocessing
 from tff_fedrec.tasks import protocol
 
 SELECTION = 'test metrics at the round with the best validation HR@10'
+# From this many users a round whose users are fewer than all draws only
+# its users' examples (`LeaveOneOut`'s `round_users_only`).
+ROUND_USERS_ONLY_FROM = 100_000
 NEGATIVE_POOLS = ('never_interacted', 'outside_training')
 
 
@@ -64,6 +68,7 @@ class LeaveOneOut(protocol.Protocol):
       tier_names: Sequence[str] = tiers.TIER_NAMES,
       selection=client_selection.AllClients(),
       seed: int = 0,
+      round_users_only: Optional[bool] = None,
   ):
     if not 1 <= clients_per_round <= data.num_users:
       raise ValueError(
@@ -82,6 +87,16 @@ class LeaveOneOut(protocol.Protocol):
     self.user_tiers = None if user_tiers is None else np.asarray(user_tiers)
     self.tier_names = tuple(tier_names)
     self.selection = selection
+    # Drawing every user's examples each round (then keeping the round's
+    # users') costs what the data holds: at a million users, seconds and
+    # a gigabyte a round. Drawing only the round's users' follows its
+    # clients; the draws of a user are made the same way, but the random
+    # stream differs, so the default keeps the every-user draws (and every
+    # figure measured with them) below ROUND_USERS_ONLY_FROM users.
+    if round_users_only is None:
+      round_users_only = (data.num_users >= ROUND_USERS_ONLY_FROM
+                          and clients_per_round < data.num_users)
+    self.round_users_only = round_users_only
     self.seed = seed
     self._pool = selection.queue(np.arange(data.num_users), self.user_tiers)
     if not self._pool.size:
@@ -101,16 +116,19 @@ class LeaveOneOut(protocol.Protocol):
     data = self.data
     rng = np.random.default_rng([self.seed, round_num])
     users = self._draw_users(rng)
-    examples = preprocessing.sample_training_examples(
-        train_offsets=data.train_offsets,
-        train_items=data.train_items,
-        interacted_offsets=self._excluded[0],
-        interacted_items=self._excluded[1],
-        num_items=data.num_items,
-        negatives_per_positive=self.negatives_per_positive,
-        rng=rng,
-        distinct_per_positive=True,
-    )
+    if self.round_users_only:
+      examples = self._round_users_examples(users, rng)
+    else:
+      examples = preprocessing.sample_training_examples(
+          train_offsets=data.train_offsets,
+          train_items=data.train_items,
+          interacted_offsets=self._excluded[0],
+          interacted_items=self._excluded[1],
+          num_items=data.num_items,
+          negatives_per_positive=self.negatives_per_positive,
+          rng=rng,
+          distinct_per_positive=True,
+      )
     user_data = []
     for user in users:
       items, labels = preprocessing.user_examples(examples, user)
@@ -132,6 +150,27 @@ class LeaveOneOut(protocol.Protocol):
         self._pool, self.clients_per_round, self.selection, self.user_tiers,
         rng)
 
+  def _round_users_examples(self, users: np.ndarray, rng
+                            ) -> preprocessing.TrainingExamples:
+    """The training examples of `users` (sorted) alone, drawn as
+    `sample_training_examples` draws every user's, as a CSR over every
+    user (the others' segments empty)."""
+    data = self.data
+    train = csr.rows_of(data.train_offsets, data.train_items, users)
+    excluded = csr.rows_of(*self._excluded, users)
+    drawn = preprocessing.sample_training_examples(
+        train_offsets=train[0], train_items=train[1],
+        interacted_offsets=excluded[0], interacted_items=excluded[1],
+        num_items=data.num_items,
+        negatives_per_positive=self.negatives_per_positive,
+        rng=rng, distinct_per_positive=True,
+    )
+    counts = np.zeros([data.num_users], np.int64)
+    counts[users] = np.diff(drawn.offsets)
+    return preprocessing.TrainingExamples(
+        offsets=np.concatenate([[0], np.cumsum(counts)]),
+        items=drawn.items, labels=drawn.labels)
+
   def round_users(self, round_num: int) -> np.ndarray:
     return self._draw_users(np.random.default_rng([self.seed, round_num]))
 
@@ -150,9 +189,15 @@ class LeaveOneOut(protocol.Protocol):
         data.val_items[:, None], data.val_negatives,
         data.test_items[:, None], data.test_negatives,
     ], axis=1)
+    offsets = np.arange(data.num_users + 1) * candidates.shape[1]
+    # The split draws the negatives distinct from each other and from the
+    # user's items, so a row sorted is its distinct items: a row sort, not
+    # a sort of every user's pairs at once (5 GB at a million users).
+    candidates.sort(axis=1)
+    if not np.any(candidates[:, 1:] == candidates[:, :-1]):
+      return offsets, candidates.reshape(-1)
     return preprocessing.distinct_items_per_user(
-        np.arange(data.num_users + 1) * candidates.shape[1],
-        candidates.reshape(-1), data.num_items)
+        offsets, candidates.reshape(-1), data.num_items)
 
   def _scores(self, method, server_state, store, split: str):
     positives = getattr(self.data, f'{split}_items')

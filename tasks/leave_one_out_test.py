@@ -1,5 +1,7 @@
 """PFedRec's leave-one-out protocol: sampling and the reported round."""
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -231,6 +233,24 @@ def test_the_scored_items_are_each_users_validation_and_test_candidates():
     assert items[offsets[user]:offsets[user + 1]].tolist() == expected
 
 
+def test_scored_items_drop_a_candidate_given_twice():
+  # Splits draw distinct candidates; data that repeats one (here user 0's
+  # first test negative is also a validation negative) is still scored on
+  # each item once.
+  data = _data()
+  test_negatives = data.test_negatives.copy()
+  test_negatives[0, 0] = data.val_negatives[0, 0]
+  data = dataclasses.replace(data, test_negatives=test_negatives)
+  offsets, items = leave_one_out.LeaveOneOut(
+      data, clients_per_round=6).run_data().scored_items
+  for user in range(data.num_users):
+    expected = sorted({int(data.val_items[user]), int(data.test_items[user]),
+                       *data.val_negatives[user].tolist(),
+                       *data.test_negatives[user].tolist()})
+    assert items[offsets[user]:offsets[user + 1]].tolist() == expected
+  assert offsets[1] == 2 * data.val_negatives.shape[1] + 1
+
+
 def test_excluded_and_overselected_tiers_train_as_the_selection_says():
   data = _data()
   tiers = np.array([0, 1, 2, 0, 1, 2])
@@ -248,3 +268,47 @@ def test_excluded_and_overselected_tiers_train_as_the_selection_says():
     assert users.size == 2
     np.testing.assert_array_equal(
         users, overselected.round_input(round_num).users)
+
+
+@pytest.mark.parametrize('pool', leave_one_out.NEGATIVE_POOLS)
+def test_a_round_of_a_large_population_draws_only_its_users_examples(pool):
+  data = _data(num_users=30, num_items=60, per_user=8)
+  protocol = leave_one_out.LeaveOneOut(
+      data, clients_per_round=7, negative_pool=pool, seed=2,
+      negatives_per_positive=3, round_users_only=True)
+  for round_num in range(3):
+    round_input = protocol.round_input(round_num)
+    users = round_input.users
+    # The same users as the every-user draw: they are the round's first.
+    np.testing.assert_array_equal(
+        users, leave_one_out.LeaveOneOut(
+            data, clients_per_round=7, negative_pool=pool, seed=2,
+            round_users_only=False).round_users(round_num))
+    examples = round_input.examples
+    sizes = np.diff(examples.offsets)
+    assert np.all(sizes[np.setdiff1d(np.arange(30), users)] == 0)
+    for user, user_data in zip(users, round_input.user_data):
+      train = data.train_items[data.train_offsets[user]:
+                               data.train_offsets[user + 1]]
+      if pool == 'never_interacted':
+        excluded = data.interacted_items[data.interacted_offsets[user]:
+                                         data.interacted_offsets[user + 1]]
+      else:
+        excluded = train
+      items, labels = user_data['items'], user_data['labels']
+      assert items.size == 4 * train.size == sizes[user]
+      assert sorted(items[labels == 1].tolist()) == sorted(train.tolist())
+      negatives = items[labels == 0]
+      assert not np.isin(negatives, excluded).any()
+      assert np.all((0 <= negatives) & (negatives < 60))
+
+
+def test_large_populations_draw_round_users_only_by_default(monkeypatch):
+  data = _data()
+  assert not leave_one_out.LeaveOneOut(
+      data, clients_per_round=3).round_users_only
+  monkeypatch.setattr(leave_one_out, 'ROUND_USERS_ONLY_FROM', 6)
+  assert leave_one_out.LeaveOneOut(data, clients_per_round=3).round_users_only
+  # Every user a round: the every-user draw is the round's draw.
+  assert not leave_one_out.LeaveOneOut(
+      data, clients_per_round=6).round_users_only

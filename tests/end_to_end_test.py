@@ -26,6 +26,8 @@ from tff_fedrec.algorithms.fedras import compression
 from tff_fedrec.programs import program_test_utils
 from tff_fedrec.programs import training_program
 from tff_fedrec.tasks import datasets
+from tff_fedrec.tasks import leave_one_out
+from tff_fedrec.tasks import split_cache
 
 _SMALL_RUN = [
     '--dataset=synthetic',
@@ -315,6 +317,33 @@ def test_a_run_on_disk_killed_at_random_moments_ends_as_if_uninterrupted(
   _assert_same_results(uninterrupted_run, root_dir)
   assert os.path.isfile(os.path.join(root_dir, 'checkpoints',
                                      'client_states.sqlite'))
+
+
+def test_a_large_population_run_on_disk_has_the_figures_of_one_in_memory(
+    tmp_path, monkeypatch
+):
+  # What a million users switch on, at 60: the split cached and then
+  # memory-mapped (read-only), draws of the round's users only, and the
+  # client state on disk. The second run reads the split the first cached
+  # and keeps its states on disk; its figures are the first's.
+  monkeypatch.setattr(split_cache, 'CACHED_FROM_USERS', 60)
+  monkeypatch.setattr(leave_one_out, 'ROUND_USERS_ONLY_FROM', 60)
+  args = ['--method=pfedrec', *_SMALL_RUN, '--rounds=3',
+          '--clients_per_round=20', f'--cache_dir={tmp_path / "cache"}']
+  in_memory, on_disk = str(tmp_path / 'memory'), str(tmp_path / 'disk')
+  _train([*args, '--client_store=memory', f'--root_dir={in_memory}'])
+  assert len(os.listdir(tmp_path / 'cache' / 'splits')) == 1
+  _train([*args, '--client_store=disk', f'--root_dir={on_disk}'])
+  with open(os.path.join(in_memory, 'summary.json')) as f:
+    expected = json.load(f)
+  with open(os.path.join(on_disk, 'summary.json')) as f:
+    actual = json.load(f)
+  assert actual['test'] == expected['test']
+  assert actual['client_state_bytes_per_user'] == pytest.approx(
+      expected['client_state_bytes_per_user'])
+  for want, got in zip(_read_metrics(in_memory), _read_metrics(on_disk),
+                       strict=True):
+    assert got['train_loss'] == want['train_loss']
 
 
 @pytest.mark.parametrize(

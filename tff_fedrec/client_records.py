@@ -10,7 +10,12 @@ differs per user. The store asks them for a batch of users at a time:
   put_stacked(p, users, positions, leaves)
   ragged(name, users)          -> [array [T_u, ...] per user]
   put_ragged(name, users, values)
+  column(name, users)          -> [n], one scalar per user
+  put_column(name, users, values)
   nbytes()                      bytes of state held, every user's
+
+Columns are the store's own bookkeeping beside the state (e.g. the round
+a user last started from), one scalar per user.
 
 `MemoryRecords` keeps numpy arrays (a partition's leaf stacked over its
 users; until a leaf is first written, a read-only broadcast of the one
@@ -22,7 +27,8 @@ docs/architecture.md says why this store and not LMDB, RocksDB or
 memory-mapped arrays: measured by `benchmarks/store_backends.py`). One row
 per user and table: `stacked(user, data)` holds the bytes of the user's
 leaves one after the other, `ragged_<i>(user, data)` one ragged field's
-bytes; a user with no row holds its initial state. Every write goes into
+bytes, `column_<i>(user, value)` one column's scalar; a user with no row
+holds its initial state. Every write goes into
 the open transaction; `commit(round)` ends it (WAL journal, fsynced:
 `synchronous=FULL`) with the round it completes, so the database holds,
 after a `kill -9` at any moment, a write included, the state of the last
@@ -53,7 +59,7 @@ from tff_fedrec import csr
 _USERS_PER_QUERY = 500
 
 
-def _layout(leaves: Sequence[np.ndarray]) -> list:
+def layout(leaves: Sequence[np.ndarray]) -> list:
   """[(shape without the user dimension, dtype string)] of stacked leaves."""
   return [(list(leaf.shape[1:]), np.dtype(leaf.dtype).str) for leaf in leaves]
 
@@ -68,11 +74,24 @@ class MemoryRecords:
   """
 
   def __init__(self, leaves: list[list[np.ndarray]],
-               ragged: Mapping[str, list[np.ndarray]]):
+               ragged: Mapping[str, list[np.ndarray]],
+               columns: Mapping[str, np.ndarray]):
     self._leaves = leaves
     self._ragged = collections.OrderedDict(ragged)
+    self._columns = collections.OrderedDict(columns)
     self._ragged_bytes = sum(value.nbytes for field in self._ragged.values()
                              for value in field)
+
+  @property
+  def partition_leaves(self) -> list[list[np.ndarray]]:
+    """Per partition, its leaves stacked over its users (what
+    `SqliteRecords.create` takes)."""
+    return self._leaves
+
+  @property
+  def ragged_fields(self) -> collections.OrderedDict:
+    """{name: per user, its array} of the ragged fields."""
+    return self._ragged
 
   def _own(self, partition: int, index: int) -> np.ndarray:
     """Leaf `index` of `partition` as an array of the store's own (a
@@ -105,6 +124,12 @@ class MemoryRecords:
       self._ragged_bytes += value.nbytes - field[user].nbytes
       field[user] = value
 
+  def column(self, name, users) -> np.ndarray:
+    return self._columns[name][users]
+
+  def put_column(self, name, users, values) -> None:
+    self._columns[name][users] = values
+
   def nbytes(self) -> int:
     return (sum(leaf.nbytes for leaves in self._leaves for leaf in leaves)
             + self._ragged_bytes)
@@ -122,9 +147,20 @@ class MemoryRecords:
       for index in range(len(partition_leaves)):
         leaf = self._own(partition, index)
         leaves.append(leaf.copy() if copy else leaf)
-    return collections.OrderedDict(local_leaves=leaves, ragged=ragged)
+    columns = collections.OrderedDict(
+        (name, column.copy()) for name, column in self._columns.items())
+    return collections.OrderedDict(local_leaves=leaves, ragged=ragged,
+                                   columns=columns)
 
   def load_arrays(self, arrays, num_users: int) -> None:
+    for name, column in self._columns.items():
+      found = np.asarray(arrays['columns'][name])
+      if found.shape != column.shape or found.dtype != column.dtype:
+        raise ValueError(
+            f'Checkpointed client states do not match this model: column '
+            f'{name} {found.shape} {found.dtype} (expected {column.shape} '
+            f'{column.dtype}).')
+      np.copyto(column, found)
     leaves = [np.asarray(leaf) for leaf in arrays['local_leaves']]
     expected = [(leaf.shape, leaf.dtype)
                 for partition in self._leaves for leaf in partition]
@@ -170,9 +206,12 @@ class SqliteRecords:
     layouts: Per partition, its leaves' `(shape, dtype)` without the user
       dimension.
     ragged: {name: the initial array [T, ...] every user starts with}.
+    columns: {name: the initial scalar (a numpy scalar of the column's
+      dtype) every user starts with}.
   """
 
-  def __init__(self, path, partition_of, initial_leaves, layouts, ragged):
+  def __init__(self, path, partition_of, initial_leaves, layouts, ragged,
+               columns):
     self._path = path
     self._partition_of = np.asarray(partition_of, np.int64)
     self._layouts = [[(tuple(shape), np.dtype(dtype)) for shape, dtype in lay]
@@ -192,6 +231,10 @@ class SqliteRecords:
         (name, np.asarray(initial)) for name, initial in ragged.items())
     self._table = {name: f'ragged_{i}'
                    for i, name in enumerate(self._ragged_initial)}
+    self._column_initial = collections.OrderedDict(
+        (name, np.asarray(initial)) for name, initial in columns.items())
+    self._column_table = {name: f'column_{i}'
+                          for i, name in enumerate(self._column_initial)}
     self._lock = threading.Lock()
     self._db = sqlite3.connect(path, isolation_level=None,
                                check_same_thread=False)
@@ -208,11 +251,13 @@ class SqliteRecords:
                        for layout in self._layouts],
         'ragged': [[name, list(initial.shape[1:]), initial.dtype.str]
                    for name, initial in self._ragged_initial.items()],
+        'columns': [[name, initial.dtype.str]
+                    for name, initial in self._column_initial.items()],
     })
 
   @classmethod
   def create(cls, path: str, partition_of, initial_leaves, layouts,
-             ragged, *, rows=None) -> 'SqliteRecords':
+             ragged, columns, *, rows=None) -> 'SqliteRecords':
     """A new database at `path` (an existing file is replaced), its state
     committed as round 0. `rows`: optional [(partition, users int [n],
     leaves [n, ...] per leaf)] written as every user's initial stacked
@@ -220,13 +265,17 @@ class SqliteRecords:
     for suffix in ('', '-wal', '-shm', '-journal'):
       if os.path.exists(path + suffix):
         os.remove(path + suffix)
-    records = cls(path, partition_of, initial_leaves, layouts, ragged)
+    records = cls(path, partition_of, initial_leaves, layouts, ragged,
+                  columns)
     records._db.execute('CREATE TABLE meta (key TEXT PRIMARY KEY, value)')
     records._db.execute(
         'CREATE TABLE stacked (user INTEGER PRIMARY KEY, data BLOB)')
     for table in records._table.values():
       records._db.execute(
           f'CREATE TABLE {table} (user INTEGER PRIMARY KEY, data BLOB)')
+    for table in records._column_table.values():
+      records._db.execute(
+          f'CREATE TABLE {table} (user INTEGER PRIMARY KEY, value)')
     records._db.execute('BEGIN')
     records._db.execute("INSERT INTO meta VALUES ('layout', ?)",
                         (records._layout_json(),))
@@ -242,12 +291,13 @@ class SqliteRecords:
 
   @classmethod
   def open(cls, path: str, partition_of, initial_leaves, layouts,
-           ragged) -> 'SqliteRecords':
+           ragged, columns) -> 'SqliteRecords':
     """The database a run made at `path`, at its last committed round
     (what a killed process had not committed is gone)."""
     if not os.path.exists(path):
       raise FileNotFoundError(path)
-    records = cls(path, partition_of, initial_leaves, layouts, ragged)
+    records = cls(path, partition_of, initial_leaves, layouts, ragged,
+                  columns)
     found = records._db.execute(
         "SELECT value FROM meta WHERE key = 'layout'").fetchone()
     if found is None or found[0] != records._layout_json():
@@ -291,7 +341,8 @@ class SqliteRecords:
         self._db.close()
         self._db = None
 
-  def _select(self, table: str, users: np.ndarray) -> dict:
+  def _select(self, table: str, users: np.ndarray,
+              field: str = 'data') -> dict:
     found = {}
     users = np.asarray(users, np.int64).tolist()
     with self._lock:
@@ -299,14 +350,15 @@ class SqliteRecords:
         chunk = users[start : start + _USERS_PER_QUERY]
         marks = ','.join('?' * len(chunk))
         found.update(self._db.execute(
-            f'SELECT user, data FROM {table} WHERE user IN ({marks})', chunk))
+            f'SELECT user, {field} FROM {table} WHERE user IN ({marks})',
+            chunk))
     return found
 
-  def _write(self, table: str, users, blobs) -> None:
+  def _write(self, table: str, users, values, field: str = 'data') -> None:
     with self._lock:
       self._db.executemany(
-          f'INSERT OR REPLACE INTO {table} (user, data) VALUES (?, ?)',
-          zip(np.asarray(users, np.int64).tolist(), blobs))
+          f'INSERT OR REPLACE INTO {table} (user, {field}) VALUES (?, ?)',
+          zip(np.asarray(users, np.int64).tolist(), values))
 
   def stacked(self, partition, users, positions) -> list[np.ndarray]:
     del positions
@@ -358,6 +410,22 @@ class SqliteRecords:
     self._ragged_bytes[name][users] = [len(blob) for blob in blobs]
     self._write(self._table[name], users, blobs)
 
+  def column(self, name, users) -> np.ndarray:
+    users = np.asarray(users, np.int64)
+    initial = self._column_initial[name]
+    values = np.full(users.shape, initial, initial.dtype)
+    found = self._select(self._column_table[name], users, 'value')
+    if found:
+      index = {user: i for i, user in enumerate(users.tolist())}
+      for user, value in found.items():
+        values[index[user]] = value
+    return values
+
+  def put_column(self, name, users, values) -> None:
+    users = np.asarray(users, np.int64)
+    values = np.broadcast_to(np.asarray(values), users.shape)
+    self._write(self._column_table[name], users, values.tolist(), 'value')
+
   def nbytes(self) -> int:
     return self._stacked_bytes + sum(int(sizes.sum())
                          for sizes in self._ragged_bytes.values())
@@ -366,7 +434,8 @@ class SqliteRecords:
     """Nothing: the database is its own checkpoint (`commit`)."""
     del copy
     return collections.OrderedDict(local_leaves=[],
-                                   ragged=collections.OrderedDict())
+                                   ragged=collections.OrderedDict(),
+                                   columns=collections.OrderedDict())
 
   def load_arrays(self, arrays, num_users: int) -> None:
     del arrays, num_users

@@ -76,7 +76,8 @@ def test_batch_reads_and_writes_agree_with_the_store_in_memory(tmp_path):
     store.put_user_states([4, 5], states)
   _assert_same(memory, disk, range(50))
   assert disk.bytes_per_user() == pytest.approx(memory.bytes_per_user())
-  assert disk.to_arrays() == {'local_leaves': [], 'ragged': {}}
+  assert disk.to_arrays() == {'local_leaves': [], 'ragged': {},
+                              'columns': {}}
 
 
 def test_a_store_built_from_one_state_writes_no_user_until_it_changes(
@@ -94,6 +95,37 @@ def test_a_store_built_from_one_state_writes_no_user_until_it_changes(
   assert store.bytes_per_user() == pytest.approx(64 * 8 * 4 + 20 / 1000)
   np.testing.assert_array_equal(store.ragged('ids', [7, 8])[0], np.arange(5))
   assert store.ragged('ids', [8])[0].shape == (0,)
+
+
+def test_columns_agree_with_the_store_in_memory_and_survive_commits(
+    tmp_path):
+  def make():
+    store = client_state_store.ClientStateStore(
+        20, {'w': np.zeros([1], np.float32)})
+    store.add_column('round', np.int64(-1))
+    store.add_column('whole', np.bool_(True))
+    return store
+  memory, disk = make(), make()
+  path = str(tmp_path / 'db.sqlite')
+  disk.keep_on_disk(path, resume=False)
+  for store in (memory, disk):
+    store.put_column('round', [3, 1, 7], 5)
+    store.put_column('whole', [1, 2], [False, True])
+  disk.commit(1)
+  disk.put_column('round', [0], 9)  # Never committed.
+  disk.close()
+  reopened = make()
+  reopened.keep_on_disk(path, resume=True)
+  users = np.array([7, 0, 1, 2, 3, 19])
+  for name in ('round', 'whole'):
+    expected = memory.column(name, users)
+    got = reopened.column(name, users)
+    assert got.dtype == expected.dtype
+    np.testing.assert_array_equal(got, expected)
+  np.testing.assert_array_equal(memory.column('round', users),
+                                [5, -1, 5, -1, 5, -1])
+  with pytest.raises(ValueError, match='before keep_on_disk'):
+    reopened.add_column('late', np.int64(0))
 
 
 def test_only_what_was_committed_survives_the_store(tmp_path):

@@ -116,12 +116,40 @@ class ClientStateStore:
     self._ragged_initial = collections.OrderedDict(
         (name, np.asarray(initial)) for name, initial in (ragged or {}).items()
     )
+    self._column_initial = collections.OrderedDict()
     self._records = client_records.MemoryRecords(
         leaves_per_partition,
         collections.OrderedDict(
             (name, [initial] * num_users)
             for name, initial in self._ragged_initial.items()),
+        collections.OrderedDict(),
     )
+
+  def add_column(self, name: str, initial) -> None:
+    """Adds a per-user scalar column of the store's own bookkeeping (not
+    client state a process sees: e.g. the round a user last started from),
+    every user starting at `initial` (a numpy scalar of its dtype); before
+    the store goes on disk."""
+    if self.on_disk or name in self._column_initial:
+      raise ValueError(f'Column {name!r}: add each column once, before '
+                       'keep_on_disk.')
+    initial = np.asarray(initial)
+    self._column_initial[name] = initial
+    self._records = client_records.MemoryRecords(
+        self._records.partition_leaves, self._records.ragged_fields,
+        collections.OrderedDict(
+            (column, np.full([self._num_users], value, value.dtype))
+            for column, value in self._column_initial.items()))
+
+  def column(self, name: str, users) -> np.ndarray:
+    """[len(users)]: column `name` of `users` (`add_column`)."""
+    return self._records.column(name, np.asarray(users, np.int64))
+
+  def put_column(self, name: str, users, values) -> None:
+    """Sets column `name` of `users` to `values` (one, or one each)."""
+    self._records.put_column(name, np.asarray(users, np.int64),
+                             np.asarray(values,
+                                        self._column_initial[name].dtype))
 
   def keep_on_disk(self, path: str, *, resume: bool) -> int:
     """Moves the store into an SQLite database at `path`
@@ -134,16 +162,19 @@ class ClientStateStore:
     Returns:
       The round the database's state completes (0 for a new one).
     """
-    layouts = [client_records._layout(leaves)  # pylint: disable=protected-access
-               for leaves in self._records._leaves]  # pylint: disable=protected-access
-    arguments = (path, self._partition_of, self._initial_leaves, layouts,
-                 self._ragged_initial)
+    if self.on_disk:
+      raise ValueError(f'The store is on disk already, in '
+                       f'{self._records.path}.')
+    partitions = self._records.partition_leaves
+    arguments = (path, self._partition_of, self._initial_leaves,
+                 [client_records.layout(leaves) for leaves in partitions],
+                 self._ragged_initial, self._column_initial)
     if resume:
       self._records = client_records.SqliteRecords.open(*arguments)
     else:
       rows = [
           (index, self._partition_users[index], leaves)
-          for index, leaves in enumerate(self._records._leaves)  # pylint: disable=protected-access
+          for index, leaves in enumerate(partitions)
           if self._initial_leaves[index] is None]
       self._records = client_records.SqliteRecords.create(*arguments,
                                                           rows=rows)

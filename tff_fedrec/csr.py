@@ -16,12 +16,14 @@ def rows_of(offsets: np.ndarray, values: np.ndarray, users) -> tuple:
   give offsets [0, 2, 4] and values [d, e, a, b].
   """
   users = np.asarray(users, np.int64)
+  offsets = np.asarray(offsets, np.int64)
   counts = offsets[users + 1] - offsets[users]
   new_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-  index = np.concatenate(
-      [np.arange(offsets[u], offsets[u + 1]) for u in users]
-  ) if len(users) else np.zeros([0], np.int64)
-  return new_offsets, values[index.astype(np.int64)]
+  # Row r's values start at offsets[users[r]]: each position's distance
+  # from its row's new start, plus that.
+  index = (np.repeat(offsets[users] - new_offsets[:-1], counts)
+           + np.arange(new_offsets[-1], dtype=np.int64))
+  return new_offsets, values[index]
 
 
 class ValuesInPieces:

@@ -55,11 +55,15 @@ class ProtocolFromFlags:
     clicks: split data -> (offsets, items) of each user's training clicks,
       which a Dirichlet device mapping groups users by, or None where every
       training item is a click.
+    split_settings: () -> {flag: value} of the protocol's flags `split`
+      reads (with the data config, what a cached split is keyed by:
+      `tasks.split_cache`).
   """
 
   split: Callable
   build: Callable
   clicks: Callable = lambda data: None
+  split_settings: Callable = dict
 
 
 def _leave_one_out(data, user_tiers,
@@ -112,6 +116,7 @@ PROTOCOLS = {
             config, interactions,
             num_eval_negatives=EVAL_NEGATIVES.value),
         build=_leave_one_out,
+        split_settings=lambda: {'num_eval_negatives': EVAL_NEGATIVES.value},
     ),
     registry.RANDOM_SPLIT: ProtocolFromFlags(
         split=datasets.split_random, build=_random_split,

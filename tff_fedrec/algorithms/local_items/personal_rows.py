@@ -25,9 +25,9 @@ which is what crosses from the TFF worker to the program and what the
 store holds; a user's last round of the run keeps them all, as a phone's
 model (export) has every row. The store marks whose rows are whole.
 
-Checkpoints (`to_arrays`) are the base store's arrays plus the start
-tables stacked [K, N, d] with their rounds [K], each user's round [U] and
-whether its rows are whole [U].
+Checkpoints (`to_arrays`) are the base store's arrays (each user's start
+round and whether its rows are whole are two of its columns) plus the
+start tables stacked [K, N, d] with their rounds [K] and users [K].
 
 Example (two users, no personal rows yet):
   >>> store = PersonalRowsStore(2, collections.OrderedDict(
@@ -49,6 +49,8 @@ from tff_fedrec.templates import user_groups
 
 _IDS = 'personal_item_ids'
 _ROWS = 'personal_item_rows'
+_START_ROUND = 'start_round'
+_WHOLE_ROWS = 'whole_rows'
 
 
 def kept_rows(row_ids: np.ndarray, num_rows: np.ndarray,
@@ -93,13 +95,14 @@ class PersonalRowsStore(client_state_store.ClientStateStore):
                 [0, np.shape(initial_state[_ROWS])[1]], np.float32)),
         )),
     )
-    # -1: no start table (the caller's table scores its untrained rows).
-    self._start_round = np.full([num_users], -1, np.int64)
-    self._start_tables = {}
-    self._users_per_start_table = {}
+    # Per user, the round whose start table it started its last round
+    # from; -1: none (the caller's table scores its untrained rows).
+    self.add_column(_START_ROUND, np.int64(-1))
     # Whether each user holds every row it fine-tuned in its last round
     # (module docstring); a user that has not trained holds none to miss.
-    self._whole_rows = np.ones([num_users], bool)
+    self.add_column(_WHOLE_ROWS, np.bool_(True))
+    self._start_tables = {}
+    self._users_per_start_table = {}
 
   def get(self, users: Sequence[int]) -> list[collections.OrderedDict]:
     """The client states of `users`, in order (local parameters and rows)."""
@@ -131,7 +134,7 @@ class PersonalRowsStore(client_state_store.ClientStateStore):
     trained = np.asarray(group_data['num_rows'])
     kept = np.asarray(group_data.get('num_kept_rows', trained))
     counts = [min(int(count), ids.shape[1]) for count in kept]
-    self._whole_rows[np.asarray(users, np.int64)] = kept == trained
+    self.put_column(_WHOLE_ROWS, users, kept == trained)
     self.put_local_parameters(users, group_state['local_parameters'])
     self.put_ragged(_IDS, users, [ids[u, :n] for u, n in enumerate(counts)])
     self.put_ragged(_ROWS, users, [rows[u, :n] for u, n in enumerate(counts)])
@@ -167,7 +170,7 @@ class PersonalRowsStore(client_state_store.ClientStateStore):
       return
     # Only this round's users change tables: the work follows them, not
     # the whole population.
-    previous, counts = np.unique(self._start_round[users],
+    previous, counts = np.unique(self.column(_START_ROUND, users),
                                  return_counts=True)
     for old, leaving in zip(previous.tolist(), counts.tolist()):
       if old < 0:
@@ -178,7 +181,7 @@ class PersonalRowsStore(client_state_store.ClientStateStore):
         del self._start_tables[old]
     round_num = int(round_num)
     self._start_tables[round_num] = np.array(table, np.float32)
-    self._start_round[users] = round_num
+    self.put_column(_START_ROUND, users, round_num)
     self._users_per_start_table[round_num] = (
         self._users_per_start_table.get(round_num, 0) + users.size
     )
@@ -186,7 +189,7 @@ class PersonalRowsStore(client_state_store.ClientStateStore):
   def has_whole_rows(self, users) -> np.ndarray:
     """bool [len(users)]: whether each user holds every row it fine-tuned
     in its last round (not only the ones the protocol scores)."""
-    return self._whole_rows[np.asarray(users, np.int64)].copy()
+    return self.column(_WHOLE_ROWS, users)
 
   @property
   def num_start_tables(self) -> int:
@@ -206,7 +209,7 @@ class PersonalRowsStore(client_state_store.ClientStateStore):
     if start_vectors is not None:
       vectors = np.array(start_vectors, np.float32)
     else:
-      starts = self._start_round[np.asarray(users, np.int64)]
+      starts = self.column(_START_ROUND, users)
       tables = np.unique(starts)
       if tables.size == 1 and tables[0] >= 0:
         # Every user started from one table (all users every round).
@@ -224,16 +227,21 @@ class PersonalRowsStore(client_state_store.ClientStateStore):
     total = super().bytes_per_user() * self.num_users
     if self._start_tables:
       total += sum(table.nbytes for table in self._start_tables.values())
-      total += self._start_round.nbytes
+      # The start rounds (8 bytes a user) count once a table is kept.
+      total += 8 * self.num_users
     return total / self.num_users
 
   def to_arrays(self, *, copy: bool = True) -> collections.OrderedDict:
+    """The base store's arrays (the start rounds and whole-row marks are
+    its columns), the start tables stacked [K, N, d] with their rounds [K]
+    and how many users start from each [K]: what changes with the
+    rounds' users, never an array over every user."""
     arrays = super().to_arrays(copy=copy)
     rounds = sorted(self._start_tables)
     dim = np.shape(self.ragged(_ROWS, [0])[0])[1]
-    arrays['whole_rows'] = self._whole_rows.copy()
-    arrays['start_round'] = self._start_round.copy()
     arrays['start_table_rounds'] = np.array(rounds, np.int64)
+    arrays['start_table_users'] = np.array(
+        [self._users_per_start_table[r] for r in rounds], np.int64)
     arrays['start_tables'] = (
         np.stack([self._start_tables[r] for r in rounds]) if rounds
         else np.zeros([0, 0, dim], np.float32)
@@ -242,27 +250,19 @@ class PersonalRowsStore(client_state_store.ClientStateStore):
 
   def load_arrays(self, arrays) -> None:
     super().load_arrays(arrays)
-    start_round = np.asarray(arrays['start_round'], np.int64)
-    whole_rows = np.asarray(arrays['whole_rows'], bool)
     rounds = np.asarray(arrays['start_table_rounds'], np.int64)
+    users = np.asarray(arrays['start_table_users'], np.int64)
     tables = np.asarray(arrays['start_tables'], np.float32)
-    if (start_round.shape != (self.num_users,)
-        or whole_rows.shape != (self.num_users,)
-        or len(tables) != rounds.size):
+    if len(tables) != rounds.size or users.shape != rounds.shape:
       raise ValueError(
-          'Checkpointed client states do not match this model: start '
-          f'rounds of {start_round.shape} users and whole-row marks of '
-          f'{whole_rows.shape} (expected {self.num_users}), {len(tables)} '
-          f'start tables for {rounds.size} rounds.'
+          'Checkpointed client states do not match this model: '
+          f'{len(tables)} start tables and {users.size} counts of their '
+          f'users for {rounds.size} rounds.'
       )
-    self._whole_rows = whole_rows.copy()
-    self._start_round = start_round.copy()
     self._start_tables = {
         int(r): table.copy() for r, table in zip(rounds, tables)
     }
-    live, counts = np.unique(start_round[start_round >= 0],
-                             return_counts=True)
-    self._users_per_start_table = dict(zip(live.tolist(), counts.tolist()))
+    self._users_per_start_table = dict(zip(rounds.tolist(), users.tolist()))
 
 
 class OwnTableStore(PersonalRowsStore):
