@@ -1,7 +1,8 @@
 """Every registry entry's 2-round synthetic run, to show that a refactor
 changed no figure.
 
-  .venv/bin/python benchmarks/behaviour_snapshot.py run OUT [--only=NAME,...]
+  .venv/bin/python benchmarks/behaviour_snapshot.py run OUT [--only=NAME,...] \
+      [--extra_flags=--client_store=disk]
   .venv/bin/python benchmarks/behaviour_snapshot.py compare BEFORE AFTER
 
 `run` trains each configuration below for 2 rounds on synthetic data with
@@ -32,6 +33,9 @@ from absl import flags
 from tff_fedrec.algorithms import registry
 
 _ONLY = flags.DEFINE_list('only', [], 'Configurations to run (all if empty).')
+_EXTRA = flags.DEFINE_list(
+    'extra_flags', [], 'More flags for every run (comma-separated), e.g. '
+    '--extra_flags=--client_store=disk to compare the stores.')
 
 _ITEM_RANKING = ['--dataset=synthetic', '--synthetic_users=40',
                  '--synthetic_items=300', '--num_eval_negatives=20',
@@ -119,7 +123,7 @@ def _run_one(out: str, name: str) -> str:
   result = subprocess.run(
       [sys.executable, '-m', 'tff_fedrec.programs.train',
        *CONFIGURATIONS[name], '--rounds=2', '--seed=0',
-       f'--root_dir={root_dir}'],
+       f'--root_dir={root_dir}', *_EXTRA.value],
       capture_output=True, text=True, check=False,
   )
   if result.returncode:

@@ -47,9 +47,10 @@ _STORE = flags.DEFINE_enum('client_store', 'disk', ['memory', 'disk'],
 _ROOT_DIR = flags.DEFINE_string(
     'root_dir', 'runs/population_scale', 'One sub-directory per run.')
 _PLOT = flags.DEFINE_string('plot', None, 'Write the plot to this PNG.')
-_EXTRA = flags.DEFINE_list(
-    'extra_flags', [], 'More flags for every run (comma-separated), e.g. '
-    '--extra_flags=--executor=remote,--workers=localhost:18701')
+_EXTRA = flags.DEFINE_multi_string(
+    'extra_flag', [], 'One more flag for every run, repeatable: e.g. '
+    '--extra_flag=--executor=remote '
+    '--extra_flag=--workers=127.0.0.1:18701,127.0.0.1:18702')
 
 
 def _point(text: str) -> tuple[int, int]:
@@ -140,6 +141,8 @@ def _plot(rows: list[dict], path: str) -> None:
     twin.plot(x, [r['peak_mb'] / 1024 for r in series], 's--', color='C1')
     twin.set_ylabel('peak memory, GB (program + worker)', color='C1')
     twin.axhline(8, color='C1', linewidth=0.5)
+    axis.set_ylim(bottom=0)
+    twin.set_ylim(0, 9)
   figure.suptitle('PFedRec on synthetic data, client state on disk')
   figure.tight_layout()
   figure.savefig(path, dpi=100)

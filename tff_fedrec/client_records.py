@@ -49,7 +49,6 @@ import os
 import sqlite3
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Optional
 
 import numpy as np
 
