@@ -218,6 +218,19 @@ def _start_and_wait_for_checkpoint(args, root_dir, tag, version=2):
   return process
 
 
+def _kill_and_wait_for_its_worker(process, tag):
+  """SIGKILLs a training process started with `tag`; returns once its TFF
+  worker is gone too. The kernel ends the worker with its parent
+  (PR_SET_PDEATHSIG); its exit (freeing its memory) may take a moment on a
+  busy machine."""
+  process.send_signal(signal.SIGKILL)
+  process.communicate()
+  deadline = time.monotonic() + 30
+  while _processes_with_tag(tag):
+    assert time.monotonic() < deadline, 'the TFF worker outlived its run'
+    time.sleep(0.05)
+
+
 def _worker_pid(tag):
   for pid in _processes_with_tag(tag):
     with open(f'/proc/{pid}/comm') as f:
@@ -274,14 +287,7 @@ def test_killed_run_resumes_to_the_same_result_as_an_uninterrupted_run(
   resumed_dir = str(tmp_path / 'killed')
   tag = uuid.uuid4().hex
   process = _start_and_wait_for_checkpoint(in_cohorts, resumed_dir, tag)
-  process.send_signal(signal.SIGKILL)
-  process.communicate()
-  # The kernel ends the TFF worker with its parent (PR_SET_PDEATHSIG); its
-  # exit (freeing its memory) may take a moment on a busy machine.
-  deadline = time.monotonic() + 30
-  while _processes_with_tag(tag):
-    assert time.monotonic() < deadline, 'the TFF worker outlived its run'
-    time.sleep(0.05)
+  _kill_and_wait_for_its_worker(process, tag)
   assert not os.path.exists(os.path.join(resumed_dir, 'summary.json'))
 
   resumed = _train([*in_cohorts, f'--root_dir={resumed_dir}'])
@@ -306,12 +312,7 @@ def test_a_run_on_disk_killed_at_random_moments_ends_as_if_uninterrupted(
     process = _start_and_wait_for_checkpoint(on_disk, root_dir, tag,
                                              version=version)
     time.sleep(float(rng.uniform(0.0, 1.0)))
-    process.send_signal(signal.SIGKILL)
-    process.communicate()
-    deadline = time.monotonic() + 30
-    while _processes_with_tag(tag):
-      assert time.monotonic() < deadline, 'the TFF worker outlived its run'
-      time.sleep(0.05)
+    _kill_and_wait_for_its_worker(process, tag)
   resumed = _train([*on_disk, f'--root_dir={root_dir}'])
   assert 'Resumed from checkpoint' in resumed
   _assert_same_results(uninterrupted_run, root_dir)

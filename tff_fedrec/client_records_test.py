@@ -80,6 +80,39 @@ def test_batch_reads_and_writes_agree_with_the_store_in_memory(tmp_path):
                               'columns': {}}
 
 
+def test_batch_reads_and_writes_on_disk_against_a_dict(tmp_path):
+  _, disk = _stores(tmp_path)
+  # The plain reference: each user's state as the test wrote it.
+  reference = {u: {'s': (u // 2) * (1 if u % 2 == 0 else -1),
+                   'w': np.full([2 if u % 2 == 0 else 3],
+                                1.0 if u % 2 == 0 else 0.0, np.float32),
+                   'rows': np.zeros([0, 4], np.float32)} for u in range(50)}
+  rng = np.random.default_rng(1)
+  for _ in range(40):
+    parity = int(rng.integers(2))
+    users = rng.choice(np.arange(parity, 50, 2), int(rng.integers(1, 9)),
+                       replace=False)
+    width = 2 if parity == 0 else 3
+    s = rng.integers(-99, 99, users.size)
+    w = rng.normal(size=[users.size, width]).astype(np.float32)
+    disk.put_local_parameters(users, {'s': s, 'w': w})
+    rows = [rng.normal(size=[int(rng.integers(0, 5)), 4]).astype(np.float32)
+            for _ in users]
+    disk.put_ragged('rows', users, rows)
+    for i, user in enumerate(users.tolist()):
+      reference[user] = {'s': s[i], 'w': w[i], 'rows': rows[i]}
+    read = rng.choice(np.arange(parity, 50, 2), 6, replace=False)
+    stacked = disk.stacked_local_parameters(read)
+    for i, user in enumerate(read.tolist()):
+      assert stacked['s'][i] == reference[user]['s']
+      np.testing.assert_array_equal(stacked['w'][i], reference[user]['w'])
+    for user, got in zip(read.tolist(), disk.ragged('rows', read)):
+      np.testing.assert_array_equal(got, reference[user]['rows'])
+  expected_bytes = sum(8 + value['w'].nbytes + value['rows'].nbytes
+                       for value in reference.values()) / 50
+  assert disk.bytes_per_user() == pytest.approx(expected_bytes)
+
+
 def test_a_store_built_from_one_state_writes_no_user_until_it_changes(
     tmp_path):
   store = client_state_store.ClientStateStore(
