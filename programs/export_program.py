@@ -396,7 +396,7 @@ def export() -> dict:
       requested_users) else np.zeros([0], np.int64)
   with execution.worker_execution_context() as worker_pid:
     run = prepared.make_training_run(worker_pid)
-    run.restore_or_initialize()
+    run.restore_or_initialize(create_client_states=False)
     if run.next_round == 0:
       raise exported_models.ExportError(
           f'{root_dir} has no checkpoint yet: train at least one round '

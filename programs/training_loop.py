@@ -282,9 +282,10 @@ class TrainingRun:
   def _client_states_path(self) -> str:
     return os.path.join(self._root_dir, CHECKPOINTS_DIR, CLIENT_STATES_FILE)
 
-  def _restore_from_disk(self):
+  def _restore_from_disk(self, create: bool):
     """(the program state of the round the store's database last committed,
-    its version), or (None, 0) for a new run, with the store on disk.
+    its version), or (None, 0) for a new run, with the store on disk (a new
+    database only if `create`).
 
     A checkpoint on disk is two writes: the program state's files (version
     r), then the database's commit of round r. A kill between them leaves
@@ -298,8 +299,9 @@ class TrainingRun:
             f'{self._root_dir} holds checkpoints but not the database of its '
             f'client states, {path}: without it they cannot resume. Restore '
             'the file, or start the run again in a new --root_dir.')
-      os.makedirs(os.path.dirname(path), exist_ok=True)
-      self.store.keep_on_disk(path, resume=False)
+      if create:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self.store.keep_on_disk(path, resume=False)
       return None, 0
     committed = self.store.keep_on_disk(path, resume=bool(versions))
     if not versions or not committed:
@@ -313,11 +315,15 @@ class TrainingRun:
     return asyncio.run(self._state_manager.load(
         committed, self._program_state())), committed
 
-  def restore_or_initialize(self) -> None:
-    """Resumes from the latest checkpoint in root_dir, or starts fresh."""
+  def restore_or_initialize(self, *, create_client_states: bool = True
+                            ) -> None:
+    """Resumes from the latest checkpoint in root_dir, or starts fresh.
+    `create_client_states=False` (a reader of the run, e.g. an export):
+    a run on disk without the database of its client states yet gets
+    none made; its store stays the initial one, in memory."""
     self.server_state = self.method.process.initialize()
     if self._config.client_store == 'disk':
-      state, version = self._restore_from_disk()
+      state, version = self._restore_from_disk(create_client_states)
     else:
       state, version = asyncio.run(
           self._state_manager.load_latest(self._program_state())

@@ -118,6 +118,8 @@ def test_round_inputs_mark_the_users_training_their_last_round(tmp_path):
 class _CohortRecordingMethod:
   """Records the cohort size each round is given."""
 
+  process = types.SimpleNamespace(initialize=lambda: np.float32(0))
+
   def __init__(self, state_floats_per_user):
     self.cohort_sizes = []
     self._initial = np.zeros([state_floats_per_user], np.float32)
@@ -148,3 +150,20 @@ def test_rounds_get_the_cohort_size_the_state_budget_allows(
   run.server_state = np.float32(0)
   run.run_round(0)
   assert method.cohort_sizes == [expected]
+
+
+def test_a_reader_of_a_run_on_disk_without_states_yet_creates_none(tmp_path):
+  def run(root_dir):
+    return training_loop.TrainingRun(
+        _CohortRecordingMethod(4), _PlannedProtocol([[0, 1]]),
+        training_loop.LoopConfig(rounds=1, client_store='disk'),
+        str(root_dir), log=lambda _: None)
+  reader = run(tmp_path / 'read')
+  reader.restore_or_initialize(create_client_states=False)
+  assert reader.next_round == 0 and not reader.store.on_disk
+  assert not (tmp_path / 'read' / 'checkpoints').exists()
+  trainer = run(tmp_path / 'train')
+  trainer.restore_or_initialize()
+  assert trainer.store.on_disk
+  assert (tmp_path / 'train' / 'checkpoints' / 'client_states.sqlite').exists()
+  trainer.store.close()
