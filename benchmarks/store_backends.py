@@ -7,8 +7,8 @@ transaction that a `kill -9` either keeps whole or loses whole. This times
 exactly that, on U users' records of B bytes each:
 
   sqlite   Python's own `sqlite3`, one table (user INTEGER PRIMARY KEY,
-           state BLOB), WAL journal, synchronous=NORMAL, one transaction
-           per batch written;
+           state BLOB), WAL journal, synchronous=FULL (as the store), one
+           transaction per batch written;
   lmdb     the `lmdb` binding (if installed), one key per user, one write
            transaction per batch;
   rocksdb  the `rocksdict` binding (if installed), a WriteBatch per batch;
@@ -52,7 +52,8 @@ class _Sqlite:
     self._db = sqlite3.connect(os.path.join(path, 'store.sqlite'),
                                isolation_level=None)
     self._db.execute('PRAGMA journal_mode=WAL')
-    self._db.execute('PRAGMA synchronous=NORMAL')
+    # As the store (`client_records.SqliteRecords`): a commit is fsynced.
+    self._db.execute('PRAGMA synchronous=FULL')
     self._db.execute('CREATE TABLE s (user INTEGER PRIMARY KEY, state BLOB)')
 
   def build(self, users, make):
