@@ -45,12 +45,16 @@ def _rss_mb() -> float:
   return float('nan')
 
 
+_SQLITE_PAGE_SIZE = 4096
+
+
 class _Sqlite:
   name = 'sqlite'
 
   def __init__(self, path):
     self._db = sqlite3.connect(os.path.join(path, 'store.sqlite'),
                                isolation_level=None)
+    self._db.execute(f'PRAGMA page_size={_SQLITE_PAGE_SIZE}')
     self._db.execute('PRAGMA journal_mode=WAL')
     # As the store (`client_records.SqliteRecords`): a commit is fsynced.
     self._db.execute('PRAGMA synchronous=FULL')
@@ -172,7 +176,10 @@ def main():
   parser.add_argument('--repeats', type=int, default=5)
   parser.add_argument('--stores', default='sqlite,lmdb,rocksdb,memmap')
   parser.add_argument('--dir', default='/tmp/store_bench')
+  parser.add_argument('--sqlite_page_size', type=int, default=4096)
   args = parser.parse_args()
+  global _SQLITE_PAGE_SIZE
+  _SQLITE_PAGE_SIZE = args.sqlite_page_size
   stores = {s.name: s for s in (_Sqlite, _Lmdb, _Rocksdb, _Memmap)}
   base = np.random.default_rng(0).bytes(args.record_bytes)
 

@@ -56,6 +56,7 @@ from tff_fedrec import csr
 
 # Users per SELECT ... IN (...): under SQLite's limit of host parameters.
 _USERS_PER_QUERY = 500
+_PAGE_BYTES = 16384
 
 
 def layout(leaves: Sequence[np.ndarray]) -> list:
@@ -237,6 +238,11 @@ class SqliteRecords:
     self._lock = threading.Lock()
     self._db = sqlite3.connect(path, isolation_level=None,
                                check_same_thread=False)
+    # A new database's pages (an existing one keeps its own): a user's
+    # 26 KB of rows spill over fewer pages than the default 4 KB, which
+    # read and wrote a batch 1.5x faster (benchmarks/store_backends.py,
+    # --sqlite_page_size).
+    self._db.execute(f'PRAGMA page_size={_PAGE_BYTES}')
     self._db.execute('PRAGMA journal_mode=WAL')
     self._db.execute('PRAGMA synchronous=FULL')
     # The WAL file shrinks back to this after each checkpoint of it.
