@@ -50,8 +50,8 @@ from tff_fedrec.programs.flag_groups import tiers as tiers_flags
 from tff_fedrec.programs.flag_groups import training as training_flags
 from tff_fedrec.tasks import datasets
 from tff_fedrec.tasks import errors
-from tff_fedrec.tasks import split_cache
 from tff_fedrec.tasks import floors
+from tff_fedrec.tasks import split_cache
 
 FlagError = group.FlagError
 RUN_FLAGS_FILE = run_directory.RUN_FLAGS_FILE
@@ -97,31 +97,33 @@ def _load_data(entry: registry.MethodEntry, data_config: datasets.DataConfig,
               **dataclasses.asdict(data_config)}
   del settings['cache_dir']
 
-  def load_and_split(interactions=None, fingerprint=None):
-    if interactions is None:
-      interactions = datasets.load_interactions(data_config)
-      fingerprint = datasets.fingerprint(interactions)
+  def loaded():
+    interactions = datasets.load_interactions(data_config)
+    return interactions, datasets.fingerprint(interactions)
+
+  def split(interactions, fingerprint):
+    return protocol.split(data_config, interactions), fingerprint
+
+  def check(fingerprint):
     run_directory.check_data(root_dir, fingerprint,
                              datasets.source(data_config))
-    return protocol.split(data_config, interactions), fingerprint
 
   if (data_config.dataset == 'synthetic'
       and data_config.synthetic_users >= split_cache.CACHED_FROM_USERS):
-    # Known before generating: a million users take minutes to make.
+    # Known before generating (a million users take minutes to make); its
+    # split fails for no file, so the check may follow it.
     data, fingerprint = split_cache.cached_split(
-        settings, load_and_split, data_config.cache_dir)
-    run_directory.check_data(root_dir, fingerprint,
-                             datasets.source(data_config))
+        settings, lambda: split(*loaded()), data_config.cache_dir)
+    check(fingerprint)
   else:
-    interactions = datasets.load_interactions(data_config)
-    fingerprint = datasets.fingerprint(interactions)
+    interactions, fingerprint = loaded()
+    check(fingerprint)
     if fingerprint['users'] >= split_cache.CACHED_FROM_USERS:
       data, _ = split_cache.cached_split(
           {**settings, 'fingerprint': fingerprint},
-          lambda: load_and_split(interactions, fingerprint),
-          data_config.cache_dir)
+          lambda: split(interactions, fingerprint), data_config.cache_dir)
     else:
-      data, _ = load_and_split(interactions, fingerprint)
+      data, _ = split(interactions, fingerprint)
   if not data.num_users:
     raise FlagError(
         f'--min_interactions={data_flags.MIN_INTERACTIONS.value} drops every '
