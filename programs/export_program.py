@@ -26,6 +26,7 @@ from tff_fedrec.programs import execution
 from tff_fedrec.programs import export_directory
 from tff_fedrec.programs import export_layout
 from tff_fedrec.programs import exported_models
+from tff_fedrec.programs import interrupts
 from tff_fedrec.programs import training_program
 from tff_fedrec.tasks import errors
 
@@ -341,7 +342,12 @@ def _write_export(prepared, run_round, models, quantizations, folder
   returns the report."""
   report, entries = [], []
   for model in models:
+    # A Ctrl-C that a finalizer swallowed (`interrupts`) stops the export
+    # here, before the next model, and before the export replaces the
+    # earlier one.
+    interrupts.raise_if_received()
     entries += _export_model(prepared, model, folder, quantizations, report)
+  interrupts.raise_if_received()
   atomic_files.write_atomically(
       folder / export_layout.ITEM_IDS_NAME,
       json.dumps([str(i) for i in prepared.data.item_ids]),
@@ -428,7 +434,8 @@ def main(argv):
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   logging.set_verbosity(logging.WARNING)
   try:
-    export()
+    with interrupts.handled():
+      export()
   except KeyboardInterrupt:
     print(
         '\nInterrupted. Nothing was exported: --output_dir is as it was (an '
