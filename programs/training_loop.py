@@ -43,6 +43,7 @@ from tff_fedrec.algorithms import method as method_lib
 from tff_fedrec.programs import interrupts
 from tff_fedrec.programs import numpy_program_state
 from tff_fedrec.programs import paired_runs
+from tff_fedrec.programs import run_directory
 from tff_fedrec.tasks import protocol as protocol_lib
 from tff_fedrec.templates import cohorts
 
@@ -187,7 +188,6 @@ def run_peak_rss_mb(root_dir: str, worker_pid: Optional[int]) -> float:
 CLIENT_STORES = ('memory', 'disk')
 # The database of a run with client_store='disk', in its checkpoints folder.
 CLIENT_STATES_FILE = 'client_states.sqlite'
-CHECKPOINTS_DIR = 'checkpoints'
 
 
 def checkpoint_manager(
@@ -197,7 +197,7 @@ def checkpoint_manager(
   (.npy files: TFF's SavedModel manager keeps a copy of large client state
   resident, see `numpy_program_state`)."""
   return numpy_program_state.NumpyProgramStateManager(
-      os.path.join(root_dir, CHECKPOINTS_DIR), keep_total=2
+      os.path.join(root_dir, run_directory.CHECKPOINTS), keep_total=2
   )
 
 
@@ -280,7 +280,8 @@ class TrainingRun:
     )
 
   def _client_states_path(self) -> str:
-    return os.path.join(self._root_dir, CHECKPOINTS_DIR, CLIENT_STATES_FILE)
+    return os.path.join(self._root_dir, run_directory.CHECKPOINTS,
+                        CLIENT_STATES_FILE)
 
   def _restore_from_disk(self, create: bool):
     """(the program state of the round the store's database last committed,
@@ -309,9 +310,9 @@ class TrainingRun:
     if committed not in versions:
       raise ValueError(
           f'The client states in {path} are those after round {committed}, '
-          f'but {self._root_dir}/{CHECKPOINTS_DIR} holds the program state of '
-          f'rounds {versions} only: the run cannot resume. Start it again in '
-          'a new --root_dir.')
+          f'but {self._root_dir}/{run_directory.CHECKPOINTS} holds the '
+          f'program state of rounds {versions} only: the run cannot resume. '
+          'Start it again in a new --root_dir.')
     return asyncio.run(self._state_manager.load(
         committed, self._program_state())), committed
 

@@ -60,8 +60,7 @@ def _load(directory: pathlib.Path):
     manifest = json.load(file)
   cls = _CACHED_TYPES[manifest['type']]
   fields = dict(manifest['scalars'])
-  for name, text in manifest['strings'].items():
-    del text
+  for name in manifest['strings']:
     fields[name] = np.load(directory / f'{name}.npy').astype(object)
   for name in manifest['arrays']:
     fields[name] = np.load(directory / f'{name}.npy', mmap_mode='r')
@@ -73,7 +72,7 @@ def _save(directory: pathlib.Path, data, fingerprint: dict) -> None:
   temporary.mkdir(parents=True)
   try:
     manifest = {'type': type(data).__name__, 'fingerprint': fingerprint,
-                'scalars': {}, 'strings': {}, 'arrays': []}
+                'scalars': {}, 'strings': [], 'arrays': []}
     for field in dataclasses.fields(data):
       value = getattr(data, field.name)
       if isinstance(value, (int, np.integer)):
@@ -81,7 +80,7 @@ def _save(directory: pathlib.Path, data, fingerprint: dict) -> None:
       elif value.dtype == object:
         np.save(temporary / f'{field.name}.npy', value.astype(str),
                 allow_pickle=False)
-        manifest['strings'][field.name] = True
+        manifest['strings'].append(field.name)
       else:
         np.save(temporary / f'{field.name}.npy', value, allow_pickle=False)
         manifest['arrays'].append(field.name)

@@ -74,11 +74,10 @@ class MemoryRecords:
   """
 
   def __init__(self, leaves: list[list[np.ndarray]],
-               ragged: Mapping[str, list[np.ndarray]],
-               columns: Mapping[str, np.ndarray]):
+               ragged: Mapping[str, list[np.ndarray]]):
     self._leaves = leaves
     self._ragged = collections.OrderedDict(ragged)
-    self._columns = collections.OrderedDict(columns)
+    self._columns = collections.OrderedDict()
     self._ragged_bytes = sum(value.nbytes for field in self._ragged.values()
                              for value in field)
 
@@ -88,10 +87,16 @@ class MemoryRecords:
     `SqliteRecords.create` takes)."""
     return self._leaves
 
-  @property
-  def ragged_fields(self) -> collections.OrderedDict:
-    """{name: per user, its array} of the ragged fields."""
-    return self._ragged
+  def add_column(self, name: str, column: np.ndarray) -> None:
+    """Adds column `name`, every user's value [U]."""
+    self._columns[name] = column
+
+  def commit(self, round_num: int) -> None:
+    """Nothing: a checkpoint writes `to_arrays`."""
+    del round_num
+
+  def close(self) -> None:
+    """Nothing to close."""
 
   def _own(self, partition: int, index: int) -> np.ndarray:
     """Leaf `index` of `partition` as an array of the store's own (a
@@ -153,14 +158,15 @@ class MemoryRecords:
                                    columns=columns)
 
   def load_arrays(self, arrays, num_users: int) -> None:
+    columns = {name: np.asarray(arrays['columns'][name])
+               for name in self._columns}
     for name, column in self._columns.items():
-      found = np.asarray(arrays['columns'][name])
+      found = columns[name]
       if found.shape != column.shape or found.dtype != column.dtype:
         raise ValueError(
             f'Checkpointed client states do not match this model: column '
             f'{name} {found.shape} {found.dtype} (expected {column.shape} '
             f'{column.dtype}).')
-      np.copyto(column, found)
     leaves = [np.asarray(leaf) for leaf in arrays['local_leaves']]
     expected = [(leaf.shape, leaf.dtype)
                 for partition in self._leaves for leaf in partition]
@@ -172,6 +178,8 @@ class MemoryRecords:
       )
     # Into the store's own arrays: a copy beside them would double the
     # store's memory while the checkpoint loads.
+    for name, column in self._columns.items():
+      np.copyto(column, columns[name])
     for partition, partition_leaves in enumerate(self._leaves):
       for index in range(len(partition_leaves)):
         np.copyto(self._own(partition, index), leaves.pop(0), casting='no')
@@ -231,6 +239,10 @@ class SqliteRecords:
         (name, np.asarray(initial)) for name, initial in ragged.items())
     self._table = {name: f'ragged_{i}'
                    for i, name in enumerate(self._ragged_initial)}
+    # Per field, each user's bytes (`open` reads those of the rows kept).
+    self._ragged_bytes = {
+        name: np.full(self._partition_of.size, initial.nbytes, np.int64)
+        for name, initial in self._ragged_initial.items()}
     self._column_initial = collections.OrderedDict(
         (name, np.asarray(initial)) for name, initial in columns.items())
     self._column_table = {name: f'column_{i}'
@@ -287,9 +299,6 @@ class SqliteRecords:
     records._db.execute("INSERT INTO meta VALUES ('round', 0)")
     for partition, users, leaves in rows or ():
       records.put_stacked(partition, users, None, leaves)
-    records._ragged_bytes = {
-        name: np.full(records._partition_of.size, initial.nbytes, np.int64)
-        for name, initial in records._ragged_initial.items()}
     records._db.execute('COMMIT')
     records._db.execute('BEGIN')
     return records
@@ -309,14 +318,11 @@ class SqliteRecords:
       raise ValueError(
           f'The client states in {path} do not match this model: layout '
           f'{found[0] if found else None} vs {records._layout_json()}.')
-    records._ragged_bytes = {}
     for name, table in records._table.items():
-      sizes = np.full(records._partition_of.size,
-                      records._ragged_initial[name].nbytes, np.int64)
+      sizes = records._ragged_bytes[name]
       for user, size in records._db.execute(
           f'SELECT user, length(data) FROM {table}'):
         sizes[user] = size
-      records._ragged_bytes[name] = sizes
     records._db.execute('BEGIN')
     return records
 

@@ -122,7 +122,6 @@ class ClientStateStore:
         collections.OrderedDict(
             (name, [initial] * num_users)
             for name, initial in self._ragged_initial.items()),
-        collections.OrderedDict(),
     )
 
   def add_column(self, name: str, initial) -> None:
@@ -135,11 +134,8 @@ class ClientStateStore:
                        'keep_on_disk.')
     initial = np.asarray(initial)
     self._column_initial[name] = initial
-    self._records = client_records.MemoryRecords(
-        self._records.partition_leaves, self._records.ragged_fields,
-        collections.OrderedDict(
-            (column, np.full([self._num_users], value, value.dtype))
-            for column, value in self._column_initial.items()))
+    self._records.add_column(
+        name, np.full([self._num_users], initial, initial.dtype))
 
   def column(self, name: str, users) -> np.ndarray:
     """[len(users)]: column `name` of `users` (`add_column`)."""
@@ -188,14 +184,12 @@ class ClientStateStore:
     """On disk: makes the state durable as that after `round_num` rounds
     (`keep_on_disk`); in memory: nothing (a checkpoint writes
     `to_arrays`)."""
-    if self.on_disk:
-      self._records.commit(round_num)
+    self._records.commit(round_num)
 
   def close(self) -> None:
     """Closes the database of a store on disk (uncommitted writes are
     lost); nothing in memory."""
-    if self.on_disk:
-      self._records.close()
+    self._records.close()
 
   @property
   def num_users(self) -> int:

@@ -4,6 +4,7 @@ clients, seed and where the results go."""
 from absl import flags
 
 from tff_fedrec.algorithms import registry
+from tff_fedrec.programs import training_loop
 from tff_fedrec.programs.flag_groups import group
 from tff_fedrec.templates import cohorts
 
@@ -69,7 +70,7 @@ CHECKPOINT_EVERY = flags.DEFINE_integer(
     'checkpoint_every', 1, 'Checkpoint every N rounds.'
 )
 CLIENT_STORE = flags.DEFINE_enum(
-    'client_store', 'memory', ['memory', 'disk'],
+    'client_store', 'memory', list(training_loop.CLIENT_STORES),
     'Where the users\' client state lives between rounds: memory (fastest '
     'for small data; every checkpoint writes all of it), or disk: an SQLite '
     'database in <root_dir>/checkpoints whose commit at each checkpoint '
